@@ -1,0 +1,324 @@
+//! Reading policies, bindings and other objects from YAML or JSON files.
+//!
+//! A file may hold several YAML documents; a folder is read recursively for
+//! `*.yaml`, `*.yml` and `*.json`. A document that cannot be read is
+//! reported with its file and index and the others still load.
+
+use super::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
+use std::path::{Path, PathBuf};
+
+/// A problem found while loading; loading goes on past it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// A file or folder could not be read.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
+    /// A file is not valid YAML/JSON.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A document is not a valid policy or binding.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where the document is.
+        at: SourceRef,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Everything read from a set of paths.
+#[derive(Debug, Default, Clone)]
+pub struct Loaded {
+    /// The MutatingAdmissionPolicies.
+    pub policies: Vec<Policy>,
+    /// The MutatingAdmissionPolicyBindings.
+    pub bindings: Vec<Binding>,
+    /// Every other object (params, Namespaces, CRDs).
+    pub resources: Vec<serde_json::Value>,
+    /// The problems found.
+    pub errors: Vec<LoadError>,
+}
+
+impl Loaded {
+    /// Adds one decoded document, classifying it by kind.
+    pub fn add_document(&mut self, doc: serde_json::Value, source: SourceRef) {
+        if doc.is_null() {
+            return;
+        }
+        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
+        let is_admission = api_version.starts_with("admissionregistration.k8s.io/");
+        match kind {
+            "MutatingAdmissionPolicy" if is_admission => match policy_from_json(&doc, source.clone()) {
+                Ok(p) => self.policies.push(p),
+                Err(e) => self.errors.push(LoadError::Invalid {
+                    at: source,
+                    message: e.to_string(),
+                }),
+            },
+            "MutatingAdmissionPolicyBinding" if is_admission => {
+                match binding_from_json(&doc, source.clone()) {
+                    Ok(b) => self.bindings.push(b),
+                    Err(e) => self.errors.push(LoadError::Invalid {
+                        at: source,
+                        message: e.to_string(),
+                    }),
+                }
+            }
+            "List" => {
+                if let Some(items) = doc.get("items").and_then(|i| i.as_array()) {
+                    for item in items {
+                        self.add_document(item.clone(), source.clone());
+                    }
+                }
+            }
+            _ => {
+                if !doc.is_object() {
+                    self.errors.push(LoadError::Invalid {
+                        at: source,
+                        message: "document is not an object".into(),
+                    });
+                } else {
+                    self.resources.push(doc);
+                }
+            }
+        }
+    }
+
+    /// Reads a file or, recursively, a folder.
+    pub fn add_path(&mut self, path: &Path) {
+        match collect_files(path) {
+            Ok(files) => {
+                for file in files {
+                    self.add_file(&file);
+                }
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// Reads every document of one file.
+    pub fn add_file(&mut self, file: &Path) {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                self.errors.push(LoadError::Io {
+                    path: name,
+                    message: e.to_string(),
+                });
+                return;
+            }
+        };
+        match parse_documents(&text) {
+            Ok(docs) => {
+                for (i, doc) in docs.into_iter().enumerate() {
+                    self.add_document(
+                        doc,
+                        SourceRef {
+                            file: name.clone(),
+                            document: i,
+                        },
+                    );
+                }
+            }
+            Err(message) => self.errors.push(LoadError::Parse { path: name, message }),
+        }
+    }
+}
+
+/// Loads every path given.
+pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Loaded {
+    let mut loaded = Loaded::default();
+    for p in paths {
+        loaded.add_path(p.as_ref());
+    }
+    loaded
+}
+
+/// The YAML/JSON files under `path` (itself if it is a file), sorted.
+pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let io = |e: std::io::Error| LoadError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| LoadError::Io {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        for entry in entries.flatten() {
+            let p = entry.path();
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            ) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Deepest nesting of YAML/JSON accepted; deeper input is refused, never a crash.
+pub const MAX_DEPTH: usize = 512;
+
+/// Parses YAML (a JSON document is YAML too) into JSON values, one per document.
+pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    if let Some(depth) = nesting_exceeds(text, MAX_DEPTH) {
+        return Err(format!(
+            "line {depth}: nesting deeper than {MAX_DEPTH} levels is not accepted"
+        ));
+    }
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        // JSON fast path; fall back to YAML for flow-style YAML.
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+            return Ok(vec![v]);
+        }
+    }
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| e.to_string())?;
+    Ok(docs)
+}
+
+/// Cheap pre-scan for bracket or indentation nesting beyond `limit`; returns
+/// the line where it happens. It guards the recursive decoders' stacks.
+fn nesting_exceeds(text: &str, limit: usize) -> Option<usize> {
+    let mut depth: usize = 0;
+    let mut in_string: Option<char> = None;
+    let mut escaped = false;
+    let mut line = 1;
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+            if in_string == Some('\'') || in_string == Some('"') {
+                // multi-line quoted scalars are rare; keep tracking
+            }
+        }
+        if let Some(q) = in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' && q == '"' {
+                escaped = true;
+            } else if c == q {
+                in_string = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => in_string = Some(c),
+            '{' | '[' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(line);
+                }
+            }
+            '}' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    let _ = in_string;
+    // Indentation depth: a block structure nested more than `limit` deep
+    // needs at least `limit` leading spaces on some line.
+    for (i, l) in text.lines().enumerate() {
+        let indent = l.len() - l.trim_start_matches([' ', '-']).len();
+        if indent > limit * 2 {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml() {
+        let docs = parse_documents("a: 1\n---\nb: [x, y]\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1]["b"][1], "y");
+    }
+
+    #[test]
+    fn malformed_yaml_is_an_error_with_a_line() {
+        let err = parse_documents("a: [1, 2\nb: c\n").unwrap_err();
+        assert!(err.contains("line") || err.contains(':'), "{err}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_crashing() {
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        let err = parse_documents(&deep).unwrap_err();
+        assert!(err.contains("nesting deeper"), "{err}");
+        let mut yaml = String::new();
+        for i in 0..10_000 {
+            yaml.push_str(&" ".repeat(i));
+            yaml.push_str("a:\n");
+        }
+        assert!(parse_documents(&yaml).is_err());
+    }
+
+    #[test]
+    fn invalid_policy_is_reported_and_others_load() {
+        let mut loaded = Loaded::default();
+        let docs = parse_documents(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: bad}
+spec:
+  matchConstraints: {resourceRules: []}
+  mutations: []
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata: {name: good}
+spec:
+  matchConstraints: {resourceRules: []}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[]"}
+"#,
+        )
+        .unwrap();
+        for (i, d) in docs.into_iter().enumerate() {
+            loaded.add_document(
+                d,
+                SourceRef {
+                    file: "f.yaml".into(),
+                    document: i,
+                },
+            );
+        }
+        assert_eq!(loaded.policies.len(), 1);
+        assert_eq!(loaded.policies[0].name, "good");
+        assert_eq!(loaded.errors.len(), 1);
+        let msg = loaded.errors[0].to_string();
+        assert!(msg.contains("f.yaml (document 0)") && msg.contains("\"bad\"") && msg.contains("spec.mutations"), "{msg}");
+    }
+}

@@ -1,0 +1,21 @@
+//! kmutate: a Kubernetes MutatingAdmissionPolicy evaluator.
+//!
+//! The crate follows the admission pipeline, one module per stage:
+//!
+//! - [`api`]: the policy model (every served version, defaults) and loading;
+//! - [`request`]: the admission request and the cluster objects it sees;
+//! - [`matching`]: matchConstraints and binding matchResources;
+//! - [`cel`]: the CEL environment, conversions and Kubernetes types;
+//! - [`schema`]: OpenAPI schemas of built-in kinds and CRDs;
+//! - [`mutation`]: ApplyConfiguration merge and JSON patch application;
+//! - [`dispatch`]: compiled policies, params, variables, reinvocation;
+//! - [`conformance`]: the conformance case runner.
+
+pub mod api;
+pub mod cel;
+pub mod conformance;
+pub mod dispatch;
+pub mod matching;
+pub mod mutation;
+pub mod request;
+pub mod schema;

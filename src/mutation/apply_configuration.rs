@@ -1,0 +1,1 @@
+//! ApplyConfiguration merge (placeholder).

@@ -1,0 +1,1 @@
+//! JSON patch application (placeholder).

@@ -1,0 +1,6 @@
+//! Applying a mutation's result to the object: ApplyConfiguration merges
+//! (server-side-apply semantics) and JSON patches (RFC 6902 as
+//! evanphx/json-patch v4 applies them).
+
+pub mod apply_configuration;
+pub mod json_patch;
