@@ -1,1 +1,268 @@
-//! placeholder
+//! The CEL environment of MutatingAdmissionPolicy expressions, on the `cel`
+//! crate: compiling (parse, Kubernetes rewrites), the `Object` and
+//! `JSONPatch` types, JSON conversions and the Kubernetes libraries.
+
+pub mod convert;
+mod library;
+pub mod object_types;
+mod rewrite;
+
+use cel::common::ast::IdedExpr;
+use cel::{Env, ExecutionError};
+use std::sync::{Arc, OnceLock};
+
+pub use cel::common::value::{CowVal, Val};
+pub use cel::Context;
+
+/// Parser recursion limit: deeper expressions are refused, never a crash.
+const MAX_PARSE_DEPTH: u16 = 250;
+
+/// A compile error, in upstream's words (`compilation failed: ERROR: <input>:1:5: ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("compilation failed: {message}")]
+pub struct CompileError {
+    /// The parser's or checker's message, with `<input>:line:column`.
+    pub message: String,
+}
+
+/// A compiled expression, ready to evaluate many times.
+#[derive(Debug, Clone)]
+pub struct CompiledExpression {
+    source: String,
+    ast: IdedExpr,
+}
+
+impl CompiledExpression {
+    /// The CEL source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The rewritten expression tree.
+    pub fn ast(&self) -> &IdedExpr {
+        &self.ast
+    }
+
+    /// Evaluates the expression in `ctx`.
+    pub fn evaluate<'e, 'p, 'v>(
+        &'e self,
+        ctx: &'e Context<'p, 'v>,
+    ) -> Result<CowVal<'e, 'v>, ExecutionError> {
+        cel::Value::resolve_val(&self.ast, ctx)
+    }
+}
+
+/// The environment every policy expression is compiled and evaluated in.
+#[derive(Clone)]
+pub struct CelEnvironment {
+    env: Arc<Env>,
+}
+
+impl std::fmt::Debug for CelEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CelEnvironment")
+    }
+}
+
+impl CelEnvironment {
+    /// The shared environment (built once per process).
+    pub fn shared() -> CelEnvironment {
+        static ENV: OnceLock<CelEnvironment> = OnceLock::new();
+        ENV.get_or_init(CelEnvironment::build).clone()
+    }
+
+    fn build() -> CelEnvironment {
+        let mut env = Env::stdlib();
+        env.add_extension(cel::extensions::strings)
+            .expect("strings extension registers once");
+        env.add_type(object_types::ObjectStructType::default())
+            .expect("Object type registers once");
+        env.add_type(object_types::JsonPatchStructType::default())
+            .expect("JSONPatch type registers once");
+        library::register(&mut env).expect("kmutate library registers once");
+        CelEnvironment { env: Arc::new(env) }
+    }
+
+    /// The underlying `cel` environment.
+    pub fn env(&self) -> &Arc<Env> {
+        &self.env
+    }
+
+    /// A new evaluation context on this environment.
+    pub fn context<'v>(&self) -> Context<'static, 'v> {
+        Context::with_env(self.env.clone())
+    }
+
+    /// Parses and prepares `source`.
+    pub fn compile(&self, source: &str) -> Result<CompiledExpression, CompileError> {
+        check_nesting(source)?;
+        let parser = self.env.parser().max_recursion_depth(MAX_PARSE_DEPTH);
+        let mut ast = parser.parse(source).map_err(|e| CompileError {
+            message: e.to_string(),
+        })?;
+        let mut next_id = max_id(&ast) + 1;
+        rewrite::rewrite(&mut ast, &mut next_id).map_err(|m| CompileError {
+            message: format!("ERROR: <input>:1:1: {m}"),
+        })?;
+        Ok(CompiledExpression {
+            source: source.to_string(),
+            ast,
+        })
+    }
+}
+
+/// Refuses sources nested deeper than the parser can take on a thread's
+/// stack, before parsing: the parser itself recurses per level.
+fn check_nesting(source: &str) -> Result<(), CompileError> {
+    let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in source.chars() {
+        col += 1;
+        if c == '\n' {
+            line += 1;
+            col = 0;
+        }
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => quote = Some(c),
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_PARSE_DEPTH as usize / 2 {
+                    return Err(CompileError {
+                        message: format!("ERROR: <input>:{line}:{col}: expression nesting exceeds the maximum of {}", MAX_PARSE_DEPTH / 2),
+                    });
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn max_id(e: &IdedExpr) -> u64 {
+    use cel::common::ast::{EntryExpr, Expr};
+    let mut m = e.id;
+    let mut visit = |x: &IdedExpr| m = m.max(max_id(x));
+    match &e.expr {
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                visit(t);
+            }
+            c.args.iter().for_each(visit);
+        }
+        Expr::Comprehension(c) => {
+            for x in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                visit(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(visit),
+        Expr::Map(mp) => {
+            for en in &mp.entries {
+                if let EntryExpr::MapEntry(me) = &en.expr {
+                    visit(&me.key);
+                    visit(&me.value);
+                }
+            }
+        }
+        Expr::Select(s) => visit(&s.operand),
+        Expr::Struct(s) => {
+            for en in &s.entries {
+                if let EntryExpr::StructField(f) = &en.expr {
+                    visit(&f.value);
+                }
+            }
+        }
+        _ => {}
+    }
+    m
+}
+
+/// An evaluation error in upstream's (cel-go's) words.
+pub fn error_text(e: &ExecutionError) -> String {
+    match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        ExecutionError::DivisionByZero(_) => "division by zero".into(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".into(),
+        ExecutionError::Overflow(_, _, _) => "integer overflow".into(),
+        ExecutionError::NoSuchOverload(o) => format!("no such overload: {o}"),
+        ExecutionError::UndeclaredReference(n) => format!("no such attribute: {n}"),
+        ExecutionError::FunctionError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval_json(src: &str) -> Result<serde_json::Value, String> {
+        let env = CelEnvironment::shared();
+        let expr = env.compile(src).map_err(|e| e.to_string())?;
+        let ctx = env.context();
+        let v = expr.evaluate(&ctx).map_err(|e| error_text(&e))?;
+        convert::val_to_json(&*v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn object_literal_carries_its_written_type_name() {
+        let env = CelEnvironment::shared();
+        let expr = env.compile("Object{spec: Object.specx{replicas: 1}}").unwrap();
+        let ctx = env.context();
+        let v = expr.evaluate(&ctx).unwrap();
+        let st = v.downcast_ref::<cel::common::types::CelStruct>().unwrap();
+        let errs = object_types::check_type_names(st);
+        assert_eq!(errs, vec!["unexpected type name \"Object.specx\", expected \"Object.spec\", which matches field name path from root Object type".to_string()]);
+    }
+
+    #[test]
+    fn object_equality_and_field_access() {
+        assert_eq!(eval_json("Object{} == Object{}").unwrap(), true);
+        assert_eq!(eval_json("Object{field: 'x'} == Object{field: 'y'}").unwrap(), false);
+        assert_eq!(eval_json("Object{field: 'x'}.field").unwrap(), "x");
+    }
+
+    #[test]
+    fn two_variable_comprehensions() {
+        // cel-go ext/comprehensions_test.go
+        assert_eq!(eval_json("[1, 2, 3].all(i, v, i < v)").unwrap(), true);
+        assert_eq!(eval_json("[1, 2, 3].exists(i, v, i == 1 && v == 2)").unwrap(), true);
+        assert_eq!(eval_json("{'a': 1, 'b': 2}.existsOne(k, v, v == 2)").unwrap(), true);
+        assert_eq!(eval_json("[1, 2, 3].transformList(i, v, i * v)").unwrap(), serde_json::json!([0, 2, 6]));
+        assert_eq!(eval_json("[1, 2, 3].transformList(i, v, i > 0, v)").unwrap(), serde_json::json!([2, 3]));
+        assert_eq!(eval_json("{'a': 1}.transformMap(k, v, v + 1)").unwrap(), serde_json::json!({"a": 2}));
+        assert_eq!(
+            eval_json("{'greeting': 'hello'}.transformMapEntry(k, v, {v: k})").unwrap(),
+            serde_json::json!({"hello": "greeting"})
+        );
+        // shadowing by an inner one-variable comprehension
+        assert_eq!(eval_json("[1, 2].all(i, v, [5].all(v, v == 5))").unwrap(), true);
+    }
+
+    #[test]
+    fn escape_key() {
+        assert_eq!(eval_json("jsonpatch.escapeKey('k8s.io/x~y')").unwrap(), "k8s.io~1x~0y");
+    }
+
+    #[test]
+    fn parse_errors_use_upstream_format() {
+        let e = CelEnvironment::shared().compile("1 +").unwrap_err().to_string();
+        assert!(e.starts_with("compilation failed: ERROR: <input>:1:"), "{e}");
+    }
+
+    #[test]
+    fn very_deep_expressions_are_refused_not_crashing() {
+        let src = "(".repeat(5000) + "1" + &")".repeat(5000);
+        assert!(CelEnvironment::shared().compile(&src).is_err());
+    }
+}

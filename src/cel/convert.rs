@@ -1,0 +1,153 @@
+//! Conversions between JSON (the objects of admission) and CEL values.
+//!
+//! JSON to CEL borrows every string from the JSON document rather than
+//! copying it: only the containers are allocated. CEL to JSON is used on a
+//! mutation's result, which is small.
+
+use cel::common::types::{
+    CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
+    CelString, CelStruct, CelUInt,
+};
+use cel::common::value::Val;
+use serde_json::Value as Json;
+use std::collections::HashMap;
+
+/// Converts a JSON value into a CEL value that borrows its strings.
+///
+/// Integers become `int` (or `uint` above `i64::MAX`), other numbers `double`.
+pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
+    match value {
+        Json::Null => Box::new(CelNull),
+        Json::Bool(b) => Box::new(CelBool::from(*b)),
+        Json::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Box::new(CelInt::from(i))
+            } else if let Some(u) = n.as_u64() {
+                Box::new(CelUInt::from(u))
+            } else {
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
+            }
+        }
+        Json::String(s) => Box::new(CelString::from(s.as_str())),
+        Json::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_to_val).collect::<Vec<_>>(),
+        )),
+        Json::Object(map) => {
+            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> = HashMap::with_capacity(map.len());
+            for (k, v) in map {
+                out.insert(CelMapKey::from(k.as_str()), json_to_val(v));
+            }
+            Box::new(CelMap::from(out))
+        }
+    }
+}
+
+/// Why a CEL value has no JSON form.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ToJsonError(pub String);
+
+/// Converts a CEL value (a mutation's result) to JSON.
+///
+/// Struct values (`Object{...}`, `JSONPatch{...}`) become objects of their
+/// fields; map keys are sorted so that the output is deterministic.
+pub fn val_to_json(value: &dyn Val) -> Result<Json, ToJsonError> {
+    if value.downcast_ref::<CelNull>().is_some() {
+        return Ok(Json::Null);
+    }
+    if let Some(b) = value.downcast_ref::<CelBool>() {
+        return Ok(Json::Bool(*b.inner()));
+    }
+    if let Some(i) = value.downcast_ref::<CelInt>() {
+        return Ok(Json::from(*i.inner()));
+    }
+    if let Some(u) = value.downcast_ref::<CelUInt>() {
+        return Ok(Json::from(*u.inner()));
+    }
+    if let Some(d) = value.downcast_ref::<CelDouble>() {
+        let f = *d.inner();
+        return serde_json::Number::from_f64(f)
+            .map(Json::Number)
+            .ok_or_else(|| ToJsonError(format!("cannot represent {f} in JSON")));
+    }
+    if let Some(s) = value.downcast_ref::<CelString>() {
+        return Ok(Json::String(s.inner().to_string()));
+    }
+    if let Some(b) = value.downcast_ref::<CelBytes>() {
+        use base64::Engine;
+        return Ok(Json::String(
+            base64::engine::general_purpose::STANDARD.encode(b.inner()),
+        ));
+    }
+    if let Some(list) = value.downcast_ref::<CelList>() {
+        return list
+            .inner()
+            .iter()
+            .map(|v| val_to_json(v.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Json::Array);
+    }
+    if let Some(map) = value.downcast_ref::<CelMap>() {
+        let mut entries: Vec<(String, Json)> = Vec::with_capacity(map.inner().len());
+        for (k, v) in map.inner() {
+            let key = k.inner();
+            let key = if let Some(s) = key.downcast_ref::<CelString>() {
+                s.inner().to_string()
+            } else if let Some(i) = key.downcast_ref::<CelInt>() {
+                i.inner().to_string()
+            } else if let Some(u) = key.downcast_ref::<CelUInt>() {
+                u.inner().to_string()
+            } else if let Some(b) = key.downcast_ref::<CelBool>() {
+                b.inner().to_string()
+            } else {
+                return Err(ToJsonError(format!(
+                    "unsupported map key type {}",
+                    key.get_type().name()
+                )));
+            };
+            entries.push((key, val_to_json(v.as_ref())?));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        return Ok(Json::Object(entries.into_iter().collect()));
+    }
+    if let Some(st) = value.downcast_ref::<CelStruct>() {
+        let mut out = serde_json::Map::new();
+        for (k, v) in st.field_values() {
+            out.insert(k, val_to_json(v.as_ref())?);
+        }
+        return Ok(Json::Object(out));
+    }
+    if let Some(opt) = value.downcast_ref::<CelOptional>() {
+        return match opt.inner() {
+            Some(v) => val_to_json(v),
+            None => Ok(Json::Null),
+        };
+    }
+    Err(ToJsonError(format!(
+        "unsupported type {} in JSON conversion",
+        value.get_type().name()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip_keeps_values_and_number_kinds() {
+        let doc = json!({"s": "x", "i": 3, "f": 1.5, "b": true, "n": null, "l": [1, "a"], "m": {"k": "v"}});
+        let val = json_to_val(&doc);
+        assert_eq!(val_to_json(val.as_ref()).unwrap(), doc);
+        let i = json_to_val(&doc["i"]);
+        assert_eq!(i.get_type().name(), "int");
+        let f = json_to_val(&doc["f"]);
+        assert_eq!(f.get_type().name(), "double");
+    }
+
+    #[test]
+    fn large_unsigned_becomes_uint() {
+        let doc = json!(18446744073709551615u64);
+        assert_eq!(json_to_val(&doc).get_type().name(), "uint");
+    }
+}
