@@ -15,6 +15,7 @@ pub mod api;
 pub mod cel;
 pub mod conformance;
 pub mod dispatch;
+mod gofmt;
 pub mod matching;
 pub mod mutation;
 pub mod request;

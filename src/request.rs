@@ -129,7 +129,10 @@ impl ClusterObjects {
     /// Adds one object.
     pub fn insert(&mut self, o: Value) {
         let kind = o.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let api_version = o
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if kind == "Namespace" && api_version == "v1" {
             if let Some(name) = o.pointer("/metadata/name").and_then(Value::as_str) {
                 self.namespaces.insert(name.to_string(), o.clone());
@@ -169,7 +172,12 @@ impl ClusterObjects {
                     && o.get("kind").and_then(Value::as_str) == Some(kind)
             })
             .filter(|o| match namespace {
-                Some(ns) => o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("") == ns,
+                Some(ns) => {
+                    o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        == ns
+                }
                 None => true,
             })
             .filter(|o| match name {
@@ -183,8 +191,12 @@ impl ClusterObjects {
             .collect();
         found.sort_by_key(|o| {
             (
-                o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
-                o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
+                o.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                o.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
             )
         });
         found

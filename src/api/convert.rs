@@ -75,11 +75,14 @@ fn object_name(value: &serde_json::Value) -> String {
 }
 
 /// Reads a MutatingAdmissionPolicy of any served version.
-pub fn policy_from_json(value: &serde_json::Value, source: SourceRef) -> Result<Policy, ConvertError> {
+pub fn policy_from_json(
+    value: &serde_json::Value,
+    source: SourceRef,
+) -> Result<Policy, ConvertError> {
     const KIND: &str = "MutatingAdmissionPolicy";
     let name = object_name(value);
-    let typed: admv1::MutatingAdmissionPolicy =
-        serde_json::from_value(retarget(value, KIND)?).map_err(|e| ConvertError::Decode {
+    let typed: admv1::MutatingAdmissionPolicy = serde_json::from_value(retarget(value, KIND)?)
+        .map_err(|e| ConvertError::Decode {
             kind: KIND.into(),
             name: name.clone(),
             message: e.to_string(),
@@ -135,7 +138,10 @@ pub fn policy_from_json(value: &serde_json::Value, source: SourceRef) -> Result<
                 PatchType::ApplyConfiguration => "applyConfiguration",
                 PatchType::JsonPatch => "jsonPatch",
             };
-            invalid(&format!("{field}.{sub}.expression"), "Required value".into())
+            invalid(
+                &format!("{field}.{sub}.expression"),
+                "Required value".into(),
+            )
         })?;
         mutations.push(Mutation {
             patch_type,
@@ -160,7 +166,9 @@ pub fn policy_from_json(value: &serde_json::Value, source: SourceRef) -> Result<
         }),
     };
     let match_constraints = match spec.match_constraints {
-        Some(mr) => match_resources(mr, "spec.matchConstraints").map_err(|(f, m)| invalid(&f, m))?,
+        Some(mr) => {
+            match_resources(mr, "spec.matchConstraints").map_err(|(f, m)| invalid(&f, m))?
+        }
         None => return Err(invalid("spec.matchConstraints", "Required value".into())),
     };
     let variables = spec
@@ -184,7 +192,10 @@ pub fn policy_from_json(value: &serde_json::Value, source: SourceRef) -> Result<
     if match_conditions.len() > 64 {
         return Err(invalid(
             "spec.matchConditions",
-            format!("Too many: {}: must have at most 64 items", match_conditions.len()),
+            format!(
+                "Too many: {}: must have at most 64 items",
+                match_conditions.len()
+            ),
         ));
     }
     Ok(Policy {
@@ -201,7 +212,10 @@ pub fn policy_from_json(value: &serde_json::Value, source: SourceRef) -> Result<
 }
 
 /// Reads a MutatingAdmissionPolicyBinding of any served version.
-pub fn binding_from_json(value: &serde_json::Value, source: SourceRef) -> Result<Binding, ConvertError> {
+pub fn binding_from_json(
+    value: &serde_json::Value,
+    source: SourceRef,
+) -> Result<Binding, ConvertError> {
     const KIND: &str = "MutatingAdmissionPolicyBinding";
     let name = object_name(value);
     let typed: admv1::MutatingAdmissionPolicyBinding =
@@ -233,7 +247,9 @@ pub fn binding_from_json(value: &serde_json::Value, source: SourceRef) -> Result
                 Some(other) => {
                     return Err(invalid(
                         "spec.paramRef.parameterNotFoundAction",
-                        format!("Unsupported value: {other:?}: supported values: \"Allow\", \"Deny\""),
+                        format!(
+                            "Unsupported value: {other:?}: supported values: \"Allow\", \"Deny\""
+                        ),
                     ))
                 }
             };
@@ -278,7 +294,9 @@ fn match_resources(mr: admv1::MatchResources, path: &str) -> Result<MatchResourc
         Some(other) => {
             return Err((
                 format!("{path}.matchPolicy"),
-                format!("Unsupported value: {other:?}: supported values: \"Equivalent\", \"Exact\""),
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"Equivalent\", \"Exact\""
+                ),
             ))
         }
     };
@@ -321,7 +339,10 @@ fn named_rule(r: admv1::NamedRuleWithOperations, path: &str) -> Result<NamedRule
     };
     let operations = r.operations.unwrap_or_default();
     for op in &operations {
-        if !matches!(op.as_str(), "*" | "CREATE" | "UPDATE" | "CONNECT" | "DELETE") {
+        if !matches!(
+            op.as_str(),
+            "*" | "CREATE" | "UPDATE" | "CONNECT" | "DELETE"
+        ) {
             return Err((
                 format!("{path}.operations"),
                 format!("Unsupported value: {op:?}: supported values: \"*\", \"CONNECT\", \"CREATE\", \"DELETE\", \"UPDATE\""),
@@ -339,9 +360,17 @@ fn named_rule(r: admv1::NamedRuleWithOperations, path: &str) -> Result<NamedRule
 }
 
 /// Converts a typed label selector, checking its operators.
-pub(crate) fn label_selector(s: metav1::LabelSelector, path: &str) -> Result<LabelSelector, FieldError> {
+pub(crate) fn label_selector(
+    s: metav1::LabelSelector,
+    path: &str,
+) -> Result<LabelSelector, FieldError> {
     let mut match_expressions = Vec::new();
-    for (i, req) in s.match_expressions.unwrap_or_default().into_iter().enumerate() {
+    for (i, req) in s
+        .match_expressions
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
         let operator = match req.operator.as_str() {
             "In" => SelectorOperator::In,
             "NotIn" => SelectorOperator::NotIn,
@@ -362,7 +391,8 @@ pub(crate) fn label_selector(s: metav1::LabelSelector, path: &str) -> Result<Lab
                 if needs_values {
                     "Required value: must be specified when `operator` is 'In' or 'NotIn'".into()
                 } else {
-                    "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".into()
+                    "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                        .into()
                 },
             ));
         }
@@ -379,7 +409,10 @@ pub(crate) fn label_selector(s: metav1::LabelSelector, path: &str) -> Result<Lab
 }
 
 /// Reads a label selector from untyped JSON (as found in cases and params).
-pub fn label_selector_from_json(value: &serde_json::Value, path: &str) -> Result<LabelSelector, String> {
+pub fn label_selector_from_json(
+    value: &serde_json::Value,
+    path: &str,
+) -> Result<LabelSelector, String> {
     let typed: metav1::LabelSelector =
         serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?;
     label_selector(typed, path).map_err(|(f, m)| format!("{f}: {m}"))

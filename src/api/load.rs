@@ -62,13 +62,15 @@ impl Loaded {
             .unwrap_or_default();
         let is_admission = api_version.starts_with("admissionregistration.k8s.io/");
         match kind {
-            "MutatingAdmissionPolicy" if is_admission => match policy_from_json(&doc, source.clone()) {
-                Ok(p) => self.policies.push(p),
-                Err(e) => self.errors.push(LoadError::Invalid {
-                    at: source,
-                    message: e.to_string(),
-                }),
-            },
+            "MutatingAdmissionPolicy" if is_admission => {
+                match policy_from_json(&doc, source.clone()) {
+                    Ok(p) => self.policies.push(p),
+                    Err(e) => self.errors.push(LoadError::Invalid {
+                        at: source,
+                        message: e.to_string(),
+                    }),
+                }
+            }
             "MutatingAdmissionPolicyBinding" if is_admission => {
                 match binding_from_json(&doc, source.clone()) {
                     Ok(b) => self.bindings.push(b),
@@ -135,7 +137,10 @@ impl Loaded {
                     );
                 }
             }
-            Err(message) => self.errors.push(LoadError::Parse { path: name, message }),
+            Err(message) => self.errors.push(LoadError::Parse {
+                path: name,
+                message,
+            }),
         }
     }
 }
@@ -259,9 +264,10 @@ mod tests {
 
     #[test]
     fn multi_document_yaml() {
-        let docs = parse_documents("a: 1\n---\nb: [x, y]\n").unwrap();
+        // `y` would be the YAML 1.1 boolean, as in kubectl (go-yaml v2).
+        let docs = parse_documents("a: 1\n---\nb: [x, z]\n").unwrap();
         assert_eq!(docs.len(), 2);
-        assert_eq!(docs[1]["b"][1], "y");
+        assert_eq!(docs[1]["b"][1], "z");
     }
 
     #[test]
@@ -319,6 +325,11 @@ spec:
         assert_eq!(loaded.policies[0].name, "good");
         assert_eq!(loaded.errors.len(), 1);
         let msg = loaded.errors[0].to_string();
-        assert!(msg.contains("f.yaml (document 0)") && msg.contains("\"bad\"") && msg.contains("spec.mutations"), "{msg}");
+        assert!(
+            msg.contains("f.yaml (document 0)")
+                && msg.contains("\"bad\"")
+                && msg.contains("spec.mutations"),
+            "{msg}"
+        );
     }
 }

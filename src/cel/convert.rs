@@ -33,7 +33,8 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
             items.iter().map(json_to_val).collect::<Vec<_>>(),
         )),
         Json::Object(map) => {
-            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> = HashMap::with_capacity(map.len());
+            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
+                HashMap::with_capacity(map.len());
             for (k, v) in map {
                 out.insert(CelMapKey::from(k.as_str()), json_to_val(v));
             }

@@ -10,8 +10,18 @@ use std::collections::HashMap;
 /// Registers the functions on `env`.
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     cel::add_overload!(env, fn escape_key: (CelString) -> CelString, name = "jsonpatch.escapeKey")?;
-    env.add_overload(ENTRIES_FN, "kmutate_entries_list", vec![types::LIST_TYPE], entries)?;
-    env.add_overload(ENTRIES_FN, "kmutate_entries_map", vec![types::MAP_TYPE], entries)?;
+    env.add_overload(
+        ENTRIES_FN,
+        "kmutate_entries_list",
+        vec![types::LIST_TYPE],
+        entries,
+    )?;
+    env.add_overload(
+        ENTRIES_FN,
+        "kmutate_entries_map",
+        vec![types::MAP_TYPE],
+        entries,
+    )?;
     env.add_overload(
         MAP_INSERT_FN,
         "kmutate_map_insert",
@@ -37,7 +47,8 @@ fn entries<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Executio
     let mut out: Vec<Box<dyn Val + 'v>> = Vec::new();
     if let Some(list) = range.downcast_ref::<CelList>() {
         for (i, v) in list.inner().iter().enumerate() {
-            let pair: Vec<Box<dyn Val + 'v>> = vec![Box::new(CelInt::from(i as i64)), v.clone_as_boxed()];
+            let pair: Vec<Box<dyn Val + 'v>> =
+                vec![Box::new(CelInt::from(i as i64)), v.clone_as_boxed()];
             out.push(Box::new(CelList::from(pair)));
         }
     } else if let Some(map) = range.downcast_ref::<CelMap>() {
@@ -62,7 +73,12 @@ fn map_insert<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, E
     let map = args.pop().expect("three arguments");
     let mut inner: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> = map
         .downcast_ref::<CelMap>()
-        .map(|m| m.inner().iter().map(|(k, v)| (k.clone(), v.clone_as_boxed())).collect())
+        .map(|m| {
+            m.inner()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone_as_boxed()))
+                .collect()
+        })
         .unwrap_or_default();
     if inner.contains_key(&key) {
         return Err(ExecutionError::function_error(

@@ -162,7 +162,13 @@ fn max_id(e: &IdedExpr) -> u64 {
             c.args.iter().for_each(visit);
         }
         Expr::Comprehension(c) => {
-            for x in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
                 visit(x);
             }
         }
@@ -217,7 +223,9 @@ mod tests {
     #[test]
     fn object_literal_carries_its_written_type_name() {
         let env = CelEnvironment::shared();
-        let expr = env.compile("Object{spec: Object.specx{replicas: 1}}").unwrap();
+        let expr = env
+            .compile("Object{spec: Object.specx{replicas: 1}}")
+            .unwrap();
         let ctx = env.context();
         let v = expr.evaluate(&ctx).unwrap();
         let st = v.downcast_ref::<cel::common::types::CelStruct>().unwrap();
@@ -228,7 +236,10 @@ mod tests {
     #[test]
     fn object_equality_and_field_access() {
         assert_eq!(eval_json("Object{} == Object{}").unwrap(), true);
-        assert_eq!(eval_json("Object{field: 'x'} == Object{field: 'y'}").unwrap(), false);
+        assert_eq!(
+            eval_json("Object{field: 'x'} == Object{field: 'y'}").unwrap(),
+            false
+        );
         assert_eq!(eval_json("Object{field: 'x'}.field").unwrap(), "x");
     }
 
@@ -236,28 +247,55 @@ mod tests {
     fn two_variable_comprehensions() {
         // cel-go ext/comprehensions_test.go
         assert_eq!(eval_json("[1, 2, 3].all(i, v, i < v)").unwrap(), true);
-        assert_eq!(eval_json("[1, 2, 3].exists(i, v, i == 1 && v == 2)").unwrap(), true);
-        assert_eq!(eval_json("{'a': 1, 'b': 2}.existsOne(k, v, v == 2)").unwrap(), true);
-        assert_eq!(eval_json("[1, 2, 3].transformList(i, v, i * v)").unwrap(), serde_json::json!([0, 2, 6]));
-        assert_eq!(eval_json("[1, 2, 3].transformList(i, v, i > 0, v)").unwrap(), serde_json::json!([2, 3]));
-        assert_eq!(eval_json("{'a': 1}.transformMap(k, v, v + 1)").unwrap(), serde_json::json!({"a": 2}));
+        assert_eq!(
+            eval_json("[1, 2, 3].exists(i, v, i == 1 && v == 2)").unwrap(),
+            true
+        );
+        assert_eq!(
+            eval_json("{'a': 1, 'b': 2}.existsOne(k, v, v == 2)").unwrap(),
+            true
+        );
+        assert_eq!(
+            eval_json("[1, 2, 3].transformList(i, v, i * v)").unwrap(),
+            serde_json::json!([0, 2, 6])
+        );
+        assert_eq!(
+            eval_json("[1, 2, 3].transformList(i, v, i > 0, v)").unwrap(),
+            serde_json::json!([2, 3])
+        );
+        assert_eq!(
+            eval_json("{'a': 1}.transformMap(k, v, v + 1)").unwrap(),
+            serde_json::json!({"a": 2})
+        );
         assert_eq!(
             eval_json("{'greeting': 'hello'}.transformMapEntry(k, v, {v: k})").unwrap(),
             serde_json::json!({"hello": "greeting"})
         );
         // shadowing by an inner one-variable comprehension
-        assert_eq!(eval_json("[1, 2].all(i, v, [5].all(v, v == 5))").unwrap(), true);
+        assert_eq!(
+            eval_json("[1, 2].all(i, v, [5].all(v, v == 5))").unwrap(),
+            true
+        );
     }
 
     #[test]
     fn escape_key() {
-        assert_eq!(eval_json("jsonpatch.escapeKey('k8s.io/x~y')").unwrap(), "k8s.io~1x~0y");
+        assert_eq!(
+            eval_json("jsonpatch.escapeKey('k8s.io/x~y')").unwrap(),
+            "k8s.io~1x~0y"
+        );
     }
 
     #[test]
     fn parse_errors_use_upstream_format() {
-        let e = CelEnvironment::shared().compile("1 +").unwrap_err().to_string();
-        assert!(e.starts_with("compilation failed: ERROR: <input>:1:"), "{e}");
+        let e = CelEnvironment::shared()
+            .compile("1 +")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("compilation failed: ERROR: <input>:1:"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -122,7 +122,10 @@ fn ident(next_id: &mut u64, name: &str) -> IdedExpr {
 }
 
 fn bool_lit(next_id: &mut u64, b: bool) -> IdedExpr {
-    new_expr(next_id, Expr::Literal(LiteralValue::Boolean(CelBool::from(b))))
+    new_expr(
+        next_id,
+        Expr::Literal(LiteralValue::Boolean(CelBool::from(b))),
+    )
 }
 
 fn int_lit(next_id: &mut u64, i: i64) -> IdedExpr {
@@ -143,7 +146,9 @@ fn two_var_comprehension(call: &mut CallExpr, next_id: &mut u64) -> Result<Optio
         return Ok(None);
     }
     let (Expr::Ident(k), Expr::Ident(v)) = (&call.args[0].expr, &call.args[1].expr) else {
-        return Err(format!("{name}() variable names must be simple identifiers"));
+        return Err(format!(
+            "{name}() variable names must be simple identifiers"
+        ));
     };
     let (k, v) = (k.clone(), v.clone());
     if k == v {
@@ -271,7 +276,8 @@ fn substitute(expr: &mut IdedExpr, k: &str, v: &str, iter_var: &str, next_id: &m
             substitute(&mut c.iter_range, k, v, iter_var, next_id);
             substitute(&mut c.accu_init, k, v, iter_var, next_id);
             // The comprehension's own variables shadow ours in its body.
-            let bound = |n: &str| c.iter_var == n || c.accu_var == n || c.iter_var2.as_deref() == Some(n);
+            let bound =
+                |n: &str| c.iter_var == n || c.accu_var == n || c.iter_var2.as_deref() == Some(n);
             let (sk, sv) = (bound(k), bound(v));
             if sk && sv {
                 return;

@@ -1,1 +1,405 @@
-//! placeholder
+//! The conformance runner of `../shared/conformance/FORMAT.md`: reads cases,
+//! runs each through the dispatcher and compares with its expectation.
+
+use crate::api::{binding_from_json, load, policy_from_json, SourceRef};
+use crate::dispatch::{AdmissionContext, Outcome, PolicySet};
+use crate::matching::{complete_request, ResourceTable};
+use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::schema::SchemaStore;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One conformance case, as written.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// `name`.
+    pub name: String,
+    /// The file it came from and its document index.
+    pub source: SourceRef,
+    /// The whole document.
+    pub doc: Json,
+}
+
+/// A case prepared to run: the admission and its expectation.
+pub struct PreparedCase {
+    /// The compiled policies and bindings.
+    pub policies: PolicySet,
+    /// The completed request.
+    pub request: AdmissionRequest,
+    /// Namespaces, params, CRDs.
+    pub cluster: ClusterObjects,
+    /// Schemas (built-ins and the case's CRDs).
+    pub schemas: SchemaStore,
+    /// Resource names and scopes.
+    pub resources: ResourceTable,
+}
+
+impl PreparedCase {
+    /// Runs the admission.
+    pub fn run(&self) -> Outcome {
+        let ctx = AdmissionContext {
+            cluster: &self.cluster,
+            schemas: &self.schemas,
+            resources: &self.resources,
+        };
+        self.policies.admit(&self.request, &ctx)
+    }
+}
+
+/// The result of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseResult {
+    /// The case passed.
+    Pass,
+    /// The case failed; the text says how.
+    Fail(String),
+}
+
+/// Reads every case under `paths` (files, or folders read recursively for
+/// `*.yaml`). A file that cannot be parsed becomes one failing case.
+pub fn read_cases(paths: &[PathBuf]) -> Vec<Result<Case, (String, String)>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let files = match load::collect_files(p) {
+            Ok(f) => f,
+            Err(e) => {
+                out.push(Err((p.display().to_string(), e.to_string())));
+                continue;
+            }
+        };
+        for f in files {
+            if f.extension().and_then(|e| e.to_str()) == Some("json") {
+                continue;
+            }
+            out.extend(read_case_file(&f));
+        }
+    }
+    out
+}
+
+fn read_case_file(f: &Path) -> Vec<Result<Case, (String, String)>> {
+    let file = f.display().to_string();
+    let text = match std::fs::read_to_string(f) {
+        Ok(t) => t,
+        Err(e) => return vec![Err((file.clone(), e.to_string()))],
+    };
+    match load::parse_documents(&text) {
+        Err(e) => vec![Err((file.clone(), format!("{file}: {e}")))],
+        Ok(docs) => docs
+            .into_iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_null())
+            .map(|(i, doc)| {
+                let source = SourceRef {
+                    file: file.clone(),
+                    document: i,
+                };
+                match doc.get("name").and_then(Json::as_str) {
+                    Some(name) => Ok(Case {
+                        name: name.to_string(),
+                        source,
+                        doc,
+                    }),
+                    None => Err((format!("{file}#{i}"), format!("{source}: case has no name"))),
+                }
+            })
+            .collect(),
+    }
+}
+
+fn list<'a>(doc: &'a Json, key: &str) -> &'a [Json] {
+    doc.get(key)
+        .and_then(Json::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// Builds the admission a case describes.
+pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
+    let doc = &case.doc;
+    if doc.get("declarative").is_some() {
+        return Err("declarative translation is not implemented yet".into());
+    }
+    let mut policies = Vec::new();
+    for (i, p) in list(doc, "policies").iter().enumerate() {
+        let at = SourceRef {
+            file: case.source.file.clone(),
+            document: case.source.document,
+        };
+        policies.push(policy_from_json(p, at).map_err(|e| format!("policies[{i}]: {e}"))?);
+    }
+    let mut bindings = Vec::new();
+    for (i, b) in list(doc, "bindings").iter().enumerate() {
+        bindings.push(
+            binding_from_json(b, case.source.clone()).map_err(|e| format!("bindings[{i}]: {e}"))?,
+        );
+    }
+    let cluster = ClusterObjects::new(list(doc, "resources").to_vec());
+    let resources = ResourceTable::new(cluster.crds());
+    let schemas = SchemaStore::with_crds(cluster.crds());
+    let mut request: AdmissionRequest = match doc.get("request") {
+        Some(r) if !r.is_null() => {
+            serde_json::from_value(r.clone()).map_err(|e| format!("request: {e}"))?
+        }
+        _ => AdmissionRequest {
+            operation: "CREATE".into(),
+            ..Default::default()
+        },
+    };
+    request.object = doc.get("object").filter(|o| !o.is_null()).cloned();
+    request.old_object = doc.get("oldObject").filter(|o| !o.is_null()).cloned();
+    if request.uid.is_empty() {
+        request.uid = format!("conformance-{}", case.name);
+    }
+    complete_request(&mut request, &resources);
+    let (policies, _compile_errors) = PolicySet::new(policies, bindings);
+    Ok(PreparedCase {
+        policies,
+        request,
+        cluster,
+        schemas,
+        resources,
+    })
+}
+
+/// Runs one case and checks its expectation.
+pub fn run_case(case: &Case) -> CaseResult {
+    let prepared = match prepare(case) {
+        Ok(p) => p,
+        Err(e) => return CaseResult::Fail(format!("{}: {e}", case.source)),
+    };
+    let expect = case.doc.get("expect").cloned().unwrap_or(Json::Null);
+    check(&expect, &prepared.run())
+}
+
+/// Compares an outcome with a case's `expect`.
+pub fn check(expect: &Json, outcome: &Outcome) -> CaseResult {
+    match (expect.get("object"), expect.get("rejected"), outcome) {
+        (Some(want), None, Outcome::Admitted { object, .. }) => {
+            let (w, g) = (normalize(want), normalize(object));
+            if w == g {
+                CaseResult::Pass
+            } else {
+                let mut diffs = Vec::new();
+                diff("", &w, &g, &mut diffs);
+                CaseResult::Fail(format!("object differs:\n{}", diffs.join("\n")))
+            }
+        }
+        (Some(_), None, Outcome::Denied { message, .. }) => CaseResult::Fail(format!(
+            "expected the object, but the request was denied: {message}"
+        )),
+        (None, Some(rej), Outcome::Denied { message, .. }) => {
+            let want = rej
+                .get("messageContains")
+                .and_then(Json::as_str)
+                .unwrap_or("");
+            if message.contains(want) {
+                CaseResult::Pass
+            } else {
+                CaseResult::Fail(format!(
+                    "denied, but the message\n    {message}\ndoes not contain\n    {want}"
+                ))
+            }
+        }
+        (None, Some(_), Outcome::Admitted { object, .. }) => CaseResult::Fail(format!(
+            "expected a denial, but the request was admitted with\n{}",
+            serde_json::to_string_pretty(object).unwrap_or_default()
+        )),
+        _ => CaseResult::Fail("expect must hold exactly one of object / rejected".into()),
+    }
+}
+
+/// Drops nulls and empty maps and lists, recursively, as FORMAT.md says.
+pub fn normalize(v: &Json) -> Json {
+    match v {
+        Json::Object(m) => Json::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), normalize(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Json::Array(a) => Json::Array(a.iter().map(normalize).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty(v: &Json) -> bool {
+    match v {
+        Json::Null => true,
+        Json::Object(m) => m.is_empty(),
+        Json::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn diff(path: &str, want: &Json, got: &Json, out: &mut Vec<String>) {
+    match (want, got) {
+        (Json::Object(w), Json::Object(g)) => {
+            let keys: std::collections::BTreeSet<&String> = w.keys().chain(g.keys()).collect();
+            for k in keys {
+                let p = format!("{path}.{k}");
+                match (w.get(k), g.get(k)) {
+                    (Some(a), Some(b)) => diff(&p, a, b, out),
+                    (Some(a), None) => out.push(format!("  {p}: expected {a}, missing")),
+                    (None, Some(b)) => out.push(format!("  {p}: unexpected {b}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Json::Array(w), Json::Array(g)) if w.len() == g.len() => {
+            for (i, (a, b)) in w.iter().zip(g).enumerate() {
+                diff(&format!("{path}[{i}]"), a, b, out);
+            }
+        }
+        _ if want == got => {}
+        _ => out.push(format!(
+            "  {}: expected {want}, got {got}",
+            if path.is_empty() { "." } else { path }
+        )),
+    }
+}
+
+/// Names of cases expected to fail, with the reason, from a file of lines
+/// `name  # reason` (blank lines and `#` comments ignored).
+pub fn read_expected_failures(path: &Path) -> BTreeMap<String, String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return BTreeMap::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            if l.is_empty() || l.starts_with('#') {
+                return None;
+            }
+            let (name, reason) = l.split_once('#').unwrap_or((l, ""));
+            Some((name.trim().to_string(), reason.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Totals of a run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases that failed (and were not expected to).
+    pub failed: usize,
+    /// Cases that failed as the expected-failures list says.
+    pub expected_failures: usize,
+}
+
+/// Runs every case under `paths`, printing one line per case to `out`, then
+/// `N passed, N failed` (and `, N skipped` for expected failures).
+pub fn run_all(
+    paths: &[PathBuf],
+    expected: &BTreeMap<String, String>,
+    verbose: bool,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<Summary> {
+    let mut s = Summary::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for case in read_cases(paths) {
+        match case {
+            Err((name, msg)) => {
+                writeln!(out, "FAIL {name}\n    {msg}")?;
+                s.failed += 1;
+            }
+            Ok(case) => {
+                if !seen.insert(case.name.clone()) {
+                    writeln!(
+                        out,
+                        "FAIL {}\n    {}: duplicate case name",
+                        case.name, case.source
+                    )?;
+                    s.failed += 1;
+                    continue;
+                }
+                let result = std::panic::catch_unwind(|| run_case(&case))
+                    .unwrap_or_else(|_| CaseResult::Fail("the evaluator panicked".into()));
+                match (result, expected.get(&case.name)) {
+                    (CaseResult::Pass, None) => {
+                        writeln!(out, "ok {}", case.name)?;
+                        s.passed += 1;
+                    }
+                    (CaseResult::Pass, Some(_)) => {
+                        writeln!(
+                            out,
+                            "ok {} (listed as an expected failure: remove it from the list)",
+                            case.name
+                        )?;
+                        s.passed += 1;
+                    }
+                    (CaseResult::Fail(msg), Some(reason)) => {
+                        writeln!(out, "xfail {} ({reason})", case.name)?;
+                        if verbose {
+                            writeln!(out, "    {}", msg.replace('\n', "\n    "))?;
+                        }
+                        s.expected_failures += 1;
+                    }
+                    (CaseResult::Fail(msg), None) => {
+                        writeln!(
+                            out,
+                            "FAIL {}\n    {}",
+                            case.name,
+                            msg.replace('\n', "\n    ")
+                        )?;
+                        s.failed += 1;
+                    }
+                }
+            }
+        }
+    }
+    if s.expected_failures > 0 {
+        writeln!(
+            out,
+            "{} passed, {} failed, {} skipped",
+            s.passed, s.failed, s.expected_failures
+        )?;
+    } else {
+        writeln!(out, "{} passed, {} failed", s.passed, s.failed)?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn normalize_drops_nulls_and_empties_recursively() {
+        let v = json!({"a": null, "b": {}, "c": [], "d": {"e": {"f": null}}, "g": [1, {}]});
+        assert_eq!(normalize(&v), json!({"g": [1, {}]}));
+    }
+
+    #[test]
+    fn denial_must_contain_the_expected_text() {
+        let expect = json!({"rejected": {"messageContains": "no such key"}});
+        let denied = Outcome::Denied {
+            message: "policy 'p' with binding 'b' denied request: no such key: x".into(),
+            code: 403,
+        };
+        assert_eq!(check(&expect, &denied), CaseResult::Pass);
+        let other = Outcome::Denied {
+            message: "something else".into(),
+            code: 403,
+        };
+        assert!(matches!(check(&expect, &other), CaseResult::Fail(_)));
+    }
+
+    #[test]
+    fn list_order_counts_and_key_order_does_not() {
+        let expect = json!({"object": {"a": 1, "l": [1, 2]}});
+        let same = Outcome::Admitted {
+            object: json!({"l": [1, 2], "a": 1}),
+            warnings: vec![],
+        };
+        assert_eq!(check(&expect, &same), CaseResult::Pass);
+        let swapped = Outcome::Admitted {
+            object: json!({"l": [2, 1], "a": 1}),
+            warnings: vec![],
+        };
+        assert!(matches!(check(&expect, &swapped), CaseResult::Fail(_)));
+    }
+}

@@ -1,1 +1,346 @@
-//! placeholder
+//! Matching a request against a policy's `matchConstraints` or a binding's
+//! `matchResources`, as kube-apiserver's `matching.Matcher.Matches` does
+//! (namespaceSelector, objectSelector, excludeResourceRules, resourceRules,
+//! matchPolicy), plus the resource table the rules are resolved with and
+//! the completion of requests a conformance case leaves partial.
+
+mod complete;
+mod selector;
+mod table;
+
+pub use complete::complete_request;
+pub use table::{CrdError, ResourceInfo, ResourceTable, Scope};
+
+use crate::api::{LabelSelector, MatchPolicy, MatchResources, NamedRule, RuleScope};
+use crate::request::{
+    labels_of, AdmissionRequest, ClusterObjects, GroupVersionKind, GroupVersionResource,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The label every Namespace carries with its own name (set by defaulting).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Namespaces every cluster has, even when a case does not list them.
+const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The version a request matched as: the kind and resource the policy sees
+/// (the request's own for an exact match, an equivalent one otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchedAs {
+    /// The kind to convert the object to.
+    pub gvk: GroupVersionKind,
+    /// The resource that matched.
+    pub gvr: GroupVersionResource,
+}
+
+/// Why matching could not decide (upstream: a configuration error of the
+/// policy or binding, subject to its failure policy).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatchError {
+    /// The request's namespace is not among the cluster objects.
+    #[error("namespaces {0:?} not found")]
+    NamespaceNotFound(String),
+    /// A Namespace create/update without an object to read its labels from.
+    #[error("Internal error occurred: object does not implement the Object interfaces")]
+    MissingNamespaceObject,
+    /// The namespaceSelector or objectSelector does not parse.
+    #[error("Internal error occurred: {0}")]
+    InvalidSelector(String),
+    /// An equivalent resource matched but its kind is unknown.
+    #[error("unable to convert to {}/{}, Resource={}: unknown kind", .0.group, .0.version, .0.resource)]
+    UnknownKind(GroupVersionResource),
+}
+
+/// Whether MutatingAdmissionPolicies run for `operation` at all (CREATE,
+/// UPDATE and CONNECT; never DELETE).
+pub fn handles_operation(operation: &str) -> bool {
+    matches!(operation, "CREATE" | "UPDATE" | "CONNECT")
+}
+
+/// Whether requests for `gvr` skip admission policies entirely: the policy
+/// resources themselves (generic `Plugin.Dispatch`) and the non-persisted
+/// review resources (kube-apiserver's excluded admission resources).
+pub fn is_exempt_resource(gvr: &GroupVersionResource) -> bool {
+    match gvr.group.as_str() {
+        "admissionregistration.k8s.io" => matches!(
+            gvr.resource.as_str(),
+            "validatingadmissionpolicies"
+                | "validatingadmissionpolicybindings"
+                | "mutatingadmissionpolicies"
+                | "mutatingadmissionpolicybindings"
+        ),
+        "authentication.k8s.io" => {
+            matches!(gvr.resource.as_str(), "selfsubjectreviews" | "tokenreviews")
+        }
+        "authorization.k8s.io" => matches!(
+            gvr.resource.as_str(),
+            "localsubjectaccessreviews"
+                | "selfsubjectaccessreviews"
+                | "selfsubjectrulesreviews"
+                | "subjectaccessreviews"
+        ),
+        _ => false,
+    }
+}
+
+/// The Namespace object called `name` as the API server holds it: the one in
+/// `cluster`, or a bare one for the four system namespaces every cluster has;
+/// with the `kubernetes.io/metadata.name` label set as defaulting sets it.
+pub fn namespace_object(cluster: &ClusterObjects, name: &str) -> Option<Value> {
+    let mut ns = match cluster.namespace(name) {
+        Some(ns) => ns.clone(),
+        None if SYSTEM_NAMESPACES.contains(&name) => json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }),
+        None => return None,
+    };
+    if let Some(meta) = ns.as_object_mut().and_then(|o| {
+        o.entry("metadata")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+    }) {
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(
+                NAMESPACE_NAME_LABEL.to_string(),
+                Value::String(name.to_string()),
+            );
+        }
+    }
+    Some(ns)
+}
+
+/// Matches `req` against `constraints`: upstream `Matcher.Matches`. Call it
+/// with a policy's matchConstraints and, separately, with a binding's
+/// matchResources (a binding without matchResources matches everything; one
+/// with empty resourceRules too). `Ok(None)` is "does not apply"; `Some`
+/// tells which version matched. `resources` should be built from `cluster`
+/// (`ResourceTable::new(cluster.crds())`); CRDs it lacks are looked up in
+/// `cluster`.
+pub fn matches(
+    constraints: &MatchResources,
+    req: &AdmissionRequest,
+    cluster: &ClusterObjects,
+    resources: &ResourceTable,
+) -> Result<Option<MatchedAs>, MatchError> {
+    // The plugin never dispatches these (Handles / Dispatch), so nothing matches.
+    if !handles_operation(&req.operation) || is_exempt_resource(&req.resource) {
+        return Ok(None);
+    }
+    // Selector errors only count when the rules would apply.
+    let ns_match = match_namespace_selector(&constraints.namespace_selector, req, cluster);
+    if let Ok(false) = ns_match {
+        return Ok(None);
+    }
+    let obj_match = match_object_selector(&constraints.object_selector, req);
+    if let Ok(false) = obj_match {
+        return Ok(None);
+    }
+    let policy = constraints.match_policy;
+    if matches_rules(
+        &constraints.exclude_resource_rules,
+        policy,
+        req,
+        cluster,
+        resources,
+    )?
+    .is_some()
+    {
+        return Ok(None);
+    }
+    let matched = if constraints.resource_rules.is_empty() {
+        MatchedAs {
+            gvk: req.kind.clone(),
+            gvr: req.resource.clone(),
+        }
+    } else {
+        match matches_rules(&constraints.resource_rules, policy, req, cluster, resources)? {
+            Some(m) => m,
+            None => return Ok(None),
+        }
+    };
+    ns_match?;
+    obj_match?;
+    Ok(Some(matched))
+}
+
+/// The labels an object has when the API server sees it: a named core/v1
+/// Namespace also carries `kubernetes.io/metadata.name` (defaulting).
+fn effective_labels(obj: &Value) -> BTreeMap<String, String> {
+    let mut labels = labels_of(obj);
+    let is_namespace = obj.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && obj.get("kind").and_then(Value::as_str) == Some("Namespace");
+    if is_namespace {
+        if let Some(name) = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            labels.insert(NAMESPACE_NAME_LABEL.to_string(), name.to_string());
+        }
+    }
+    labels
+}
+
+/// Upstream `namespace.Matcher.MatchNamespaceSelector`.
+fn match_namespace_selector(
+    selector: &LabelSelector,
+    req: &AdmissionRequest,
+    cluster: &ClusterObjects,
+) -> Result<bool, MatchError> {
+    // Cluster-scoped objects other than Namespaces are never excluded.
+    if req.namespace.is_empty() && req.resource.resource != "namespaces" {
+        return Ok(true);
+    }
+    selector::validate(selector).map_err(MatchError::InvalidSelector)?;
+    if selector.is_empty() {
+        return Ok(true);
+    }
+    let creating_or_updating = matches!(req.operation.as_str(), "CREATE" | "UPDATE");
+    let labels = if req.resource.resource == "namespaces"
+        && req.sub_resource.is_empty()
+        && creating_or_updating
+    {
+        // The Namespace being written: its own (new) labels.
+        match req.object.as_ref().filter(|o| o.is_object()) {
+            Some(obj) => effective_labels(obj),
+            None => return Err(MatchError::MissingNamespaceObject),
+        }
+    } else {
+        match namespace_object(cluster, &req.namespace) {
+            Some(ns) => effective_labels(&ns),
+            None => return Err(MatchError::NamespaceNotFound(req.namespace.clone())),
+        }
+    };
+    Ok(selector.matches(&labels))
+}
+
+/// Whether `obj` has metadata upstream can read labels from: connect option
+/// kinds (PodExecOptions, ...) and DeleteOptions have none.
+fn has_object_meta(obj: &Value) -> bool {
+    if !obj.is_object() {
+        return false;
+    }
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    !(matches!(api_version, "v1" | "meta.k8s.io/v1") && kind.ends_with("Options"))
+}
+
+/// Upstream `object.Matcher.MatchObjectSelector`: the new or the old object.
+fn match_object_selector(
+    selector: &LabelSelector,
+    req: &AdmissionRequest,
+) -> Result<bool, MatchError> {
+    selector::validate(selector).map_err(MatchError::InvalidSelector)?;
+    if selector.is_empty() {
+        return Ok(true);
+    }
+    let selects = |o: &Option<Value>| {
+        o.as_ref()
+            .filter(|o| has_object_meta(o))
+            .is_some_and(|o| selector.matches(&effective_labels(o)))
+    };
+    Ok(selects(&req.object) || selects(&req.old_object))
+}
+
+fn is_namespaces_resource(gvr: &GroupVersionResource) -> bool {
+    gvr.group.is_empty() && gvr.version == "v1" && gvr.resource == "namespaces"
+}
+
+fn exact_or_wildcard(items: &[String], requested: &str) -> bool {
+    items.iter().any(|i| i == "*" || i == requested)
+}
+
+/// Upstream `rules.Matcher.Matches` for `rule` with the request's resource
+/// replaced by `gvr`.
+fn rule_matches(rule: &NamedRule, req: &AdmissionRequest, gvr: &GroupVersionResource) -> bool {
+    // attr.GetNamespace() is the Namespace's own name for Namespace requests.
+    let scope = match rule.scope {
+        RuleScope::All => true,
+        RuleScope::Namespaced => !is_namespaces_resource(gvr) && !req.namespace.is_empty(),
+        RuleScope::Cluster => is_namespaces_resource(gvr) || req.namespace.is_empty(),
+    };
+    let operation = rule
+        .operations
+        .iter()
+        .any(|op| op == "*" || *op == req.operation);
+    let resource = rule.resources.iter().any(|r| {
+        let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
+        (res == "*" || res == gvr.resource) && (sub == "*" || sub == req.sub_resource)
+    });
+    scope
+        && operation
+        && exact_or_wildcard(&rule.api_groups, &gvr.group)
+        && exact_or_wildcard(&rule.api_versions, &gvr.version)
+        && resource
+}
+
+/// An empty name list always matches (a generated name is "" and matches no
+/// listed name).
+fn name_matches(rule: &NamedRule, name: &str) -> bool {
+    rule.resource_names.is_empty() || rule.resource_names.iter().any(|n| n == name)
+}
+
+/// Upstream `matchesResourceRules`: the request as it is, then (Equivalent)
+/// each rule against each equivalent resource.
+fn matches_rules(
+    rules: &[NamedRule],
+    policy: MatchPolicy,
+    req: &AdmissionRequest,
+    cluster: &ClusterObjects,
+    resources: &ResourceTable,
+) -> Result<Option<MatchedAs>, MatchError> {
+    for rule in rules {
+        if rule_matches(rule, req, &req.resource) && name_matches(rule, &req.name) {
+            return Ok(Some(MatchedAs {
+                gvk: req.kind.clone(),
+                gvr: req.resource.clone(),
+            }));
+        }
+    }
+    if policy == MatchPolicy::Exact || rules.is_empty() {
+        return Ok(None);
+    }
+    let crd_table;
+    let table = if resources.resource(&req.resource).is_some() {
+        resources
+    } else {
+        crd_table = ResourceTable::crds_for(cluster, &req.resource.group, &req.resource.resource);
+        &crd_table
+    };
+    let equivalents = table.equivalents(&req.resource, &req.sub_resource);
+    for rule in rules {
+        for eq in &equivalents {
+            if eq.gvr == req.resource {
+                continue; // already checked as requested
+            }
+            if !rule_matches(rule, req, &eq.gvr) {
+                continue;
+            }
+            let Some(kind) = eq
+                .subresource_kind(&req.sub_resource)
+                .filter(|k| !k.kind.is_empty())
+            else {
+                return Err(MatchError::UnknownKind(eq.gvr.clone()));
+            };
+            if name_matches(rule, &req.name) {
+                return Ok(Some(MatchedAs {
+                    gvk: kind.clone(),
+                    gvr: eq.gvr.clone(),
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,1218 @@
-//! ApplyConfiguration merge (placeholder).
+//! ApplyConfiguration mutations: a structured-merge-diff merge of the
+//! applied configuration into the object, as kube-apiserver's
+//! MutatingAdmissionPolicy plugin does it
+//! (k8s.io/apiserver `admission/plugin/policy/mutating/patch/smd.go`
+//! `ApplyStructuredMergeDiff`, `validatePatch`, `findAtomics`, and
+//! sigs.k8s.io/structured-merge-diff/v6 `typed.TypedValue.Merge`).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::schema::model::{Atom, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec};
+use crate::schema::typed::{
+    self, error, invalid_atom, list_item_to_path_element, too_deep, validate_scalar, with_prefix,
+    PathElement, MAX_DEPTH,
+};
+use crate::schema::{TypeRef, ValidationError, ValidationErrors};
+
+/// Why an applied configuration could not be merged. The texts are
+/// upstream's; the caller (the patcher) prefixes them with
+/// `error applying patch: ` as upstream `applyConfigPatcher.Patch` does.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ApplyError {
+    /// The applied configuration does not conform to the schema.
+    #[error("failed to convert patch object to typed object: {0}")]
+    ConvertPatch(ValidationErrors),
+    /// The applied configuration sets atomic lists, maps or structs (paths).
+    #[error(
+        "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {}",
+        .0.join(", ")
+    )]
+    AtomicMutation(Vec<String>),
+    /// The object does not conform to the schema.
+    #[error("failed to convert original object to typed object: {0}")]
+    ConvertOriginal(ValidationErrors),
+    /// The merge failed.
+    #[error("failed to merge patch: {0}")]
+    Merge(ValidationErrors),
+    /// The merge result is not an object (Go type name of the result).
+    #[error("failed to convert typed object to object: failed to convert value to unstructured for type {0}")]
+    ToObject(String),
+}
+
+/// Merges the applied configuration `patch` into the object `live` of type
+/// `ty` and returns the new object.
+///
+/// Like upstream `applyConfigPatcher.Patch`, the patch's `apiVersion` and
+/// `kind` are first replaced by the object's (whatever the expression set;
+/// removed when the object has none), so the GVK check of
+/// `ApplyStructuredMergeDiff` always passes. Then, in upstream's order: the
+/// patch is validated against the schema (unknown fields, wrong types,
+/// duplicate list-map keys), any atomic list, map or struct it contains is
+/// rejected, the object is validated (duplicates allowed), and the two are
+/// merged: applied scalars win, granular maps and structs merge key by key,
+/// `listType=map`/`set` lists merge by key (the object's items keep their
+/// order; a new item lands after the object's items that precede the next
+/// item both sides share, i.e. at the end when none follows), atomic values
+/// are replaced, and a `null`
+/// in the patch sets the field to `null` unless it names a non-empty granular
+/// map or associative list (which are kept). Keys keep the object's order,
+/// new keys are appended.
+pub fn apply_configuration(live: &Value, patch: &Value, ty: &TypeRef) -> Result<Value, ApplyError> {
+    let schema: &SchemaData = &ty.schema;
+    let mut patch = patch.clone();
+    if let Value::Object(p) = &mut patch {
+        for field in ["apiVersion", "kind"] {
+            match live.get(field) {
+                Some(v) => {
+                    p.insert(field.to_string(), v.clone());
+                }
+                None => {
+                    p.shift_remove(field);
+                }
+            }
+        }
+    }
+
+    let errs = typed::validate(schema, &ty.spec, &patch, false);
+    if !errs.is_empty() {
+        return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
+    }
+
+    let mut atomics = Vec::new();
+    find_atomics(
+        schema,
+        &ty.spec,
+        &patch,
+        &mut String::new(),
+        &mut atomics,
+        0,
+    );
+    if !atomics.is_empty() {
+        return Err(ApplyError::AtomicMutation(atomics));
+    }
+
+    let errs = typed::validate(schema, &ty.spec, live, true);
+    if !errs.is_empty() {
+        return Err(ApplyError::ConvertOriginal(ValidationErrors(errs)));
+    }
+
+    let merger = Merger { schema };
+    let (out, errs) = merger.merge(&ty.spec, Some(live), Some(&patch), 0);
+    if !errs.is_empty() {
+        return Err(ApplyError::Merge(ValidationErrors(errs)));
+    }
+    match out {
+        Some(v @ Value::Object(_)) => Ok(v),
+        Some(other) => Err(ApplyError::ToObject(
+            crate::gofmt::type_name(&other).to_string(),
+        )),
+        None => Err(ApplyError::ToObject("<nil>".to_string())),
+    }
+}
+
+/// Upstream `findAtomics`: paths of the atomic lists, maps and structs in
+/// the patch. Only declared fields are descended into (not map elements);
+/// an atomic value's contents are still searched.
+fn find_atomics(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    v: &Value,
+    path: &mut String,
+    out: &mut Vec<String>,
+    depth: usize,
+) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let Some(atom) = schema.resolve(spec) else {
+        return;
+    };
+    if let (Value::Object(m), Some(map)) = (v, &atom.map) {
+        if map.relationship == Some(Relationship::Atomic) {
+            out.push(path.clone());
+        }
+        for (key, val) in m {
+            if let Some(field) = map.def.field(key) {
+                let len = path.len();
+                path.push('.');
+                path.push_str(key);
+                find_atomics(schema, &field.ty, val, path, out, depth + 1);
+                path.truncate(len);
+            }
+        }
+    }
+    if let (Value::Array(items), Some(list)) = (v, &atom.list) {
+        if list.relationship == Some(Relationship::Atomic) {
+            out.push(path.clone());
+        }
+        for (i, item) in items.iter().enumerate() {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            find_atomics(schema, &list.def.element, item, path, out, depth + 1);
+            path.truncate(len);
+        }
+    }
+}
+
+/// A merge result: the merged value (`None`: nothing to keep) and errors.
+type Merged = (Option<Value>, Vec<ValidationError>);
+
+static NULL: Value = Value::Null;
+
+/// SMD `mergingWalker` with the `ruleKeepRHS` rule (`TypedValue.Merge`):
+/// lhs is the object, rhs the applied configuration.
+struct Merger<'a> {
+    schema: &'a SchemaData,
+}
+
+impl Merger<'_> {
+    fn merge(
+        &self,
+        spec: &TypeSpec,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+        depth: usize,
+    ) -> Merged {
+        if lhs.is_none() && rhs.is_none() {
+            return (
+                None,
+                vec![error("at least one of lhs and rhs must be provided")],
+            );
+        }
+        if depth > MAX_DEPTH {
+            return (None, vec![too_deep()]);
+        }
+        let Some(atom) = self.schema.resolve(spec) else {
+            return (
+                None,
+                vec![error(format!(
+                    "schema error: no type found matching: {}",
+                    spec.display_name()
+                ))],
+            );
+        };
+        let alhs = atom.deduce(lhs);
+        let arhs = atom.deduce(rhs);
+        if rhs.is_none() {
+            self.handle(&alhs, spec, lhs, rhs, depth)
+        } else if lhs.is_none() || alhs.same_members(&arhs) {
+            self.handle(&arhs, spec, lhs, rhs, depth)
+        } else {
+            // The value changes kind (possible in untyped/deduced types):
+            // walk it as the old kind (errors only), then as the new one.
+            let (_, mut errs) = self.handle(&alhs, spec, lhs, rhs, depth);
+            let (out, more) = self.handle(&arhs, spec, lhs, rhs, depth);
+            errs.extend(more);
+            (out, errs)
+        }
+    }
+
+    /// SMD `handleAtom`.
+    fn handle(
+        &self,
+        atom: &Resolved,
+        spec: &TypeSpec,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+        depth: usize,
+    ) -> Merged {
+        if let Some(map) = &atom.map {
+            return self.merge_map(map, lhs, rhs, depth);
+        }
+        if let Some(t) = atom.scalar {
+            let lerr = validate_scalar(t, lhs, "lhs: ");
+            let rerr = validate_scalar(t, rhs, "rhs: ");
+            if let (Some(l), Some(r)) = (lerr, rerr) {
+                return (None, vec![l, r]);
+            }
+            return leaf(lhs, rhs);
+        }
+        if let Some(list) = &atom.list {
+            return self.merge_list(list, lhs, rhs, depth);
+        }
+        (None, vec![invalid_atom(spec)])
+    }
+
+    /// SMD `doMap`/`visitMapItems`.
+    fn merge_map(
+        &self,
+        map: &MapView,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+        depth: usize,
+    ) -> Merged {
+        let lmap = lhs.and_then(Value::as_object);
+        let rmap = rhs.and_then(Value::as_object);
+        let empty = |m: Option<&Map<String, Value>>| m.is_none_or(Map::is_empty);
+        if map.relationship == Some(Relationship::Atomic) || (empty(lmap) && empty(rmap)) {
+            return leaf(lhs, rhs);
+        }
+        let mut out = Map::new();
+        let mut errs = Vec::new();
+        let mut item = |key: &String, l: Option<&Value>, r: Option<&Value>| {
+            let fallback;
+            let ty = match map.def.field(key) {
+                Some(f) => &f.ty,
+                None => match &map.def.element {
+                    Some(e) => e,
+                    None => {
+                        fallback = TypeSpec::Inline(Atom::default());
+                        &fallback
+                    }
+                },
+            };
+            let (v, e) = self.merge(ty, l, r, depth + 1);
+            errs.extend(with_prefix(e, &format!(".{key}")));
+            if let Some(v) = v {
+                out.insert(key.clone(), v);
+            }
+        };
+        if let Some(lmap) = lmap {
+            for (key, l) in lmap {
+                item(key, Some(l), rmap.and_then(|r| r.get(key)));
+            }
+        }
+        if let Some(rmap) = rmap {
+            for (key, r) in rmap {
+                if lmap.is_none_or(|l| !l.contains_key(key)) {
+                    item(key, None, Some(r));
+                }
+            }
+        }
+        if out.is_empty() {
+            (None, errs)
+        } else {
+            (Some(Value::Object(out)), errs)
+        }
+    }
+
+    /// SMD `doList`.
+    fn merge_list(
+        &self,
+        list: &ListView,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+        depth: usize,
+    ) -> Merged {
+        let llist = lhs.and_then(Value::as_array);
+        let rlist = rhs.and_then(Value::as_array);
+        let empty = |l: Option<&Vec<Value>>| l.is_none_or(Vec::is_empty);
+        if list.relationship == Some(Relationship::Atomic) || (empty(llist) && empty(rlist)) {
+            return leaf(lhs, rhs);
+        }
+        let lhs_items = llist.map(Vec::as_slice).unwrap_or(&[]);
+        let rhs_items = rlist.map(Vec::as_slice).unwrap_or(&[]);
+        self.merge_list_items(list, lhs_items, rhs_items, depth)
+    }
+
+    /// SMD `indexListPathElements`: path elements of the items and the item
+    /// for each distinct one (duplicated lhs items map to `null`).
+    fn index<'v>(
+        &self,
+        list: &ListView,
+        items: &'v [Value],
+        allow_duplicates: bool,
+        errs: &mut Vec<ValidationError>,
+    ) -> (Vec<(PathElement, String)>, HashMap<String, &'v Value>) {
+        let mut pes = Vec::with_capacity(items.len());
+        let mut observed: HashMap<String, &'v Value> = HashMap::with_capacity(items.len());
+        for (i, child) in items.iter().enumerate() {
+            let pe = match list_item_to_path_element(self.schema, list, child) {
+                Ok(pe) => pe,
+                Err(e) => {
+                    errs.push(error(format!("element {i}: {e}")));
+                    continue;
+                }
+            };
+            let id = pe.identity();
+            if observed.contains_key(&id) {
+                if !allow_duplicates {
+                    errs.push(error(format!("duplicate entries for key {}", pe.render())));
+                    continue;
+                }
+                // Duplicated items are not merged with the new value.
+                observed.insert(id.clone(), &NULL);
+            } else {
+                observed.insert(id.clone(), child);
+            }
+            pes.push((pe, id));
+        }
+        (pes, observed)
+    }
+
+    /// SMD `visitListItems`: merges associative lists item by item. Items
+    /// of the object keep their order; an applied item not in the object is
+    /// placed after the object's items that precede the next shared item.
+    fn merge_list_items(
+        &self,
+        list: &ListView,
+        lhs: &[Value],
+        rhs: &[Value],
+        depth: usize,
+    ) -> Merged {
+        let mut errs = Vec::new();
+        let (rhs_pes, observed_rhs) = self.index(list, rhs, false, &mut errs);
+        let (lhs_pes, observed_lhs) = self.index(list, lhs, true, &mut errs);
+        if !errs.is_empty() {
+            return (None, errs);
+        }
+
+        let mut shared_order: VecDeque<&str> = rhs_pes
+            .iter()
+            .filter(|(_, id)| observed_lhs.contains_key(id))
+            .map(|(_, id)| id.as_str())
+            .collect();
+        let mut next_shared = shared_order.pop_front();
+        let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_pes.len());
+        let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
+        // Upstream drops the errors of item merges (the inner `errs` shadows
+        // the outer one); an item whose merge fails is left out.
+        let mut push = |l: Option<&Value>, r: Option<&Value>| {
+            let (v, _) = self.merge(&list.def.element, l, r, depth + 1);
+            if let Some(v) = v {
+                out.push(v);
+            }
+        };
+
+        let (llen, rlen) = (lhs_pes.len(), rhs_pes.len());
+        let (mut li, mut ri) = (0, 0);
+        let mut guard = 2 * (llen + rlen) + 2;
+        while li < llen || ri < rlen {
+            if guard == 0 {
+                break;
+            }
+            guard -= 1;
+            if li < llen && ri < rlen {
+                let id = &lhs_pes[li].1;
+                if *id == rhs_pes[ri].1 {
+                    merged_rhs.insert(id.as_str());
+                    push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
+                    li += 1;
+                    ri += 1;
+                    next_shared = shared_order.pop_front();
+                    continue;
+                }
+                if observed_rhs.contains_key(id) && next_shared.is_some_and(|n| n != id.as_str()) {
+                    // A shared item, but not the one to place now.
+                    li += 1;
+                    continue;
+                }
+            }
+            if li < llen {
+                let id = &lhs_pes[li].1;
+                if !observed_rhs.contains_key(id) {
+                    push(Some(&lhs[li]), None);
+                    li += 1;
+                    continue;
+                } else if merged_rhs.contains(id.as_str()) {
+                    li += 1;
+                }
+            }
+            if ri < rlen {
+                let id = &rhs_pes[ri].1;
+                merged_rhs.insert(id.as_str());
+                push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
+                ri += 1;
+                if next_shared == Some(id.as_str()) {
+                    next_shared = shared_order.pop_front();
+                }
+            }
+        }
+
+        if out.is_empty() {
+            (None, Vec::new())
+        } else {
+            (Some(Value::Array(out)), Vec::new())
+        }
+    }
+}
+
+/// SMD `doLeaf` with `ruleKeepRHS`: the applied value, else the object's.
+fn leaf(lhs: Option<&Value>, rhs: Option<&Value>) -> Merged {
+    (rhs.or(lhs).cloned(), Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{deduced, test_type, SchemaStore};
+    use serde_json::json;
+
+    fn kind(group: &str, version: &str, kind: &str) -> TypeRef {
+        SchemaStore::builtin()
+            .lookup(group, version, kind)
+            .unwrap_or_else(|| panic!("no schema for {group}/{version} {kind}"))
+    }
+
+    fn deployment(spec: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d1"}, "spec": spec})
+    }
+
+    fn apply_err(live: &Value, patch: &Value, ty: &TypeRef) -> String {
+        match apply_configuration(live, patch, ty) {
+            Ok(v) => panic!("expected an error, got {v}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    // kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/
+    // policy/mutating/patch/smd_test.go TestApplyConfiguration.
+    #[test]
+    fn upstream_add_to_list_type_map() {
+        let live = deployment(json!({"template": {"spec": {"volumes": [{"name": "x"}]}}}));
+        let patch = json!({"spec": {"template": {"spec": {"volumes": [{"name": "y"}]}}}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(
+            got,
+            deployment(json!({"template": {"spec": {"volumes": [{"name": "x"}, {"name": "y"}]}}}))
+        );
+    }
+
+    #[test]
+    fn upstream_update_list_type_map_entry() {
+        let live =
+            deployment(json!({"template": {"spec": {"volumes": [{"name": "x"}, {"name": "y"}]}}}));
+        let patch = json!({"spec": {"template": {"spec": {"volumes": [
+            {"name": "y", "hostPath": {"path": "a"}}
+        ]}}}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(
+            got,
+            deployment(json!({"template": {"spec": {"volumes": [
+                {"name": "x"},
+                {"name": "y", "hostPath": {"path": "a"}}
+            ]}}}))
+        );
+    }
+
+    #[test]
+    fn upstream_scalar_replaced() {
+        let live = deployment(json!({"replicas": 2}));
+        let patch = json!({"spec": {"replicas": 3}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(got, deployment(json!({"replicas": 3})));
+    }
+
+    #[test]
+    fn upstream_complex_initialization() {
+        // The port omits protocol, a list-map key defaulted to "TCP".
+        let spec = json!({
+            "replicas": 1,
+            "template": {
+                "metadata": {"labels": {"app": "nginx"}},
+                "spec": {"containers": [{
+                    "name": "nginx",
+                    "image": "nginx:1.14.2",
+                    "ports": [{"containerPort": 80}],
+                    "resources": {"limits": {"cpu": "128M"}}
+                }]}
+            }
+        });
+        let live = deployment(json!({}));
+        let got = apply_configuration(
+            &live,
+            &json!({"spec": spec}),
+            &kind("apps", "v1", "Deployment"),
+        )
+        .unwrap();
+        assert_eq!(got, deployment(spec));
+    }
+
+    #[test]
+    fn upstream_change_to_atomic_rejected() {
+        let live = deployment(json!({"replicas": 1}));
+        let patch = json!({"spec": {"selector": {"matchLabels": {"l": "v"}}}});
+        assert_eq!(
+            apply_err(&live, &patch, &kind("apps", "v1", "Deployment")),
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .spec.selector"
+        );
+    }
+
+    #[test]
+    fn upstream_invalid_field_name() {
+        let live = deployment(json!({"replicas": 1}));
+        let patch = json!({"spec": {"replicasx": 1}});
+        assert_eq!(
+            apply_err(&live, &patch, &kind("apps", "v1", "Deployment")),
+            "failed to convert patch object to typed object: .spec.replicasx: field not declared in schema"
+        );
+    }
+
+    #[test]
+    fn upstream_duplicate_env_vars_in_original_object() {
+        let containers = json!([{"name": "nginx", "env": [
+            {"name": "test", "value": "a"},
+            {"name": "test", "value": "b"}
+        ]}]);
+        let live =
+            deployment(json!({"replicas": 1, "template": {"spec": {"containers": containers}}}));
+        let patch = json!({"spec": {"replicas": 3}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(
+            got,
+            deployment(json!({"replicas": 3, "template": {"spec": {"containers": containers}}}))
+        );
+    }
+
+    #[test]
+    fn upstream_modify_existing_env_variable_with_duplicates() {
+        let live = deployment(json!({"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "nginx", "env": [
+                {"name": "test", "value": "a"},
+                {"name": "test", "value": "b"},
+                {"name": "foo", "value": "bar"}
+            ]}
+        ]}}}));
+        let patch = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "nginx", "env": [{"name": "test", "value": "c"}]}
+        ]}}}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(
+            got,
+            deployment(json!({"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "nginx", "env": [
+                    {"name": "test", "value": "c"},
+                    {"name": "foo", "value": "bar"}
+                ]}
+            ]}}}))
+        );
+    }
+
+    // mutating/plugin_test.go TestSSAMapList.
+    #[test]
+    fn upstream_init_containers_appended() {
+        let live = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"initContainers": [{"name": "init-container", "image": "image"}]}});
+        let patch = json!({
+            "metadata": {"annotations": {"foo": "bar"}},
+            "spec": {"initContainers": [{"name": "injected-init-container", "image": "injected-image"}]}
+        });
+        let got = apply_configuration(&live, &patch, &kind("", "v1", "Pod")).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {"foo": "bar"}},
+            "spec": {"initContainers": [
+                {"name": "init-container", "image": "image"},
+                {"name": "injected-init-container", "image": "injected-image"}
+            ]}})
+        );
+    }
+
+    // apimachinery meta/v1 types.go: OwnerReference is +structType=atomic,
+    // ownerReferences a list map; smd.go findAtomics reports the item.
+    #[test]
+    fn owner_reference_is_an_atomic_struct() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}});
+        let patch = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "0000-1111"}
+        ]}});
+        assert_eq!(
+            apply_err(&live, &patch, &kind("", "v1", "ConfigMap")),
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .metadata.ownerReferences[0]"
+        );
+    }
+
+    // smd.go findAtomics: every atomic value is reported, nested ones too,
+    // joined with ", ".
+    #[test]
+    fn all_atomics_reported() {
+        let live = deployment(json!({}));
+        let patch = json!({"spec": {
+            "selector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+            "template": {"spec": {"containers": [{"name": "c", "args": ["x"]}]}}
+        }});
+        assert_eq!(
+            apply_err(&live, &patch, &kind("apps", "v1", "Deployment")),
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: \
+             .spec.selector, .spec.selector.matchExpressions, .spec.template.spec.containers[0].args"
+        );
+    }
+
+    #[test]
+    fn unknown_top_level_field() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "1"}});
+        let patch = json!({"spec": {"x": "y"}});
+        assert_eq!(
+            apply_err(&live, &patch, &kind("", "v1", "ConfigMap")),
+            "failed to convert patch object to typed object: .spec: field not declared in schema"
+        );
+    }
+
+    // validate.go validateScalar/mapValue messages; helpers.go
+    // ValidationErrors.Error joins several errors under "errors:".
+    #[test]
+    fn wrong_types_are_errors() {
+        let ty = kind("apps", "v1", "Deployment");
+        let live = deployment(json!({}));
+        assert_eq!(
+            apply_err(&live, &json!({"spec": "oops"}), &ty),
+            "failed to convert patch object to typed object: .spec: expected map, got &{oops}"
+        );
+        assert_eq!(
+            apply_err(
+                &live,
+                &json!({"spec": {"replicas": "x", "paused": "y"}}),
+                &ty
+            ),
+            "failed to convert patch object to typed object: errors:\n  \
+             .spec.replicas: expected numeric (int or float), got string\n  \
+             .spec.paused: expected boolean, got &{y}"
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"metadata": {"labels": {"a": 1}}}), &ty),
+            "failed to convert patch object to typed object: .metadata.labels.a: expected string, got &value.valueUnstructured{Value:1}"
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"spec": {"template": {"spec": {"containers": ["c"]}}}}), &ty),
+            "failed to convert patch object to typed object: .spec.template.spec.containers: element 0: associative list with keys may not have non-map elements"
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"metadata": {"finalizers": ["a", "a"]}}), &ty),
+            "failed to convert patch object to typed object: .metadata.finalizers: duplicate entries for key [=\"a\"]"
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"spec": {"template": {"spec": {"containers": [{"image": "i"}]}}}}), &ty),
+            "failed to convert patch object to typed object: .spec.template.spec.containers: element 0: associative list with keys has an element that omits all key fields [\"name\"] (and doesn't have default values for any key fields)"
+        );
+        let bad_live = deployment(json!({"replicas": "x"}));
+        assert_eq!(
+            apply_err(&bad_live, &json!({"spec": {"replicas": 1}}), &ty),
+            "failed to convert original object to typed object: .spec.replicas: expected numeric (int or float), got string"
+        );
+    }
+
+    // smd.go Patch: the patch takes the object's apiVersion and kind.
+    #[test]
+    fn patch_gvk_replaced_by_object_gvk() {
+        let live = deployment(json!({"replicas": 1}));
+        let patch = json!({"apiVersion": "v9", "kind": "Other", "spec": {"replicas": 2}});
+        let got = apply_configuration(&live, &patch, &kind("apps", "v1", "Deployment")).unwrap();
+        assert_eq!(got, deployment(json!({"replicas": 2})));
+    }
+
+    // ContainerPort is keyed by containerPort+protocol, protocol defaulting
+    // to "TCP" (core/v1 types.go +default="TCP"; SMD helpers.go
+    // keyedAssociativeListItemToPathElement uses key defaults).
+    #[test]
+    fn two_key_list_map_with_default() {
+        let ty = kind("", "v1", "Pod");
+        let live = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "ports": [
+            {"containerPort": 80, "protocol": "TCP"},
+            {"containerPort": 53, "protocol": "UDP"}
+        ]}]}});
+        let patch = json!({"spec": {"containers": [{"name": "c", "ports": [
+            {"containerPort": 80, "name": "http"},
+            {"containerPort": 53, "protocol": "TCP"}
+        ]}]}});
+        let got = apply_configuration(&live, &patch, &ty).unwrap();
+        assert_eq!(
+            got["spec"]["containers"][0]["ports"],
+            json!([
+                {"containerPort": 80, "protocol": "TCP", "name": "http"},
+                {"containerPort": 53, "protocol": "UDP"},
+                {"containerPort": 53, "protocol": "TCP"}
+            ])
+        );
+    }
+
+    // Conformance ac-granular-map-merge / ac-set-list-existing-value-no-duplicate.
+    #[test]
+    fn granular_map_and_set() {
+        let ty = kind("", "v1", "ConfigMap");
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "finalizers": ["example.com/a", "example.com/b"]},
+            "data": {"a": "1", "c": "3"}});
+        let patch = json!({"metadata": {"finalizers": ["example.com/a", "example.com/c"]},
+            "data": {"a": "2", "b": "2"}});
+        let got = apply_configuration(&live, &patch, &ty).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "finalizers": ["example.com/a", "example.com/b", "example.com/c"]},
+                "data": {"a": "2", "c": "3", "b": "2"}})
+        );
+        let keys: Vec<&String> = got["data"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["a", "c", "b"]);
+    }
+
+    // The deduced type (parser.go DeducedParseableType): granular maps,
+    // atomic lists; findAtomics only follows declared fields, so nothing
+    // under a deduced map is rejected.
+    #[test]
+    fn deduced_type_merge() {
+        let live = json!({"apiVersion": "x/v1", "kind": "X", "spec": {"a": 1, "list": [1, 2], "m": {"k": "v"}}});
+        let patch = json!({"spec": {"b": 2, "list": [3], "m": {"j": "w"}}});
+        let got = apply_configuration(&live, &patch, &deduced()).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "x/v1", "kind": "X",
+                "spec": {"a": 1, "list": [3], "m": {"k": "v", "j": "w"}, "b": 2}})
+        );
+    }
+
+    fn crd(schema: Value) -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": schema}}]}})
+    }
+
+    // CRD lists: x-kubernetes-list-type=map merges by key; no list-type
+    // means atomic (schemaconv getListElementRelationship).
+    #[test]
+    fn crd_list_types() {
+        let store = SchemaStore::with_crds(&[crd(json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "items": {"type": "array", "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "items": {"type": "object", "properties": {
+                        "name": {"type": "string"}, "size": {"type": "integer"}}}},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            }}
+        }}))]);
+        let ty = store.lookup("example.com", "v1", "Widget").unwrap();
+        let live = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+            "spec": {"items": [{"name": "a", "size": 1}, {"name": "b", "size": 2}]}});
+        let patch = json!({"metadata": {"labels": {"l": "v"}},
+            "spec": {"items": [{"name": "b", "size": 3}, {"name": "c"}]}});
+        let got = apply_configuration(&live, &patch, &ty).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w", "labels": {"l": "v"}},
+                "spec": {"items": [{"name": "a", "size": 1}, {"name": "b", "size": 3}, {"name": "c"}]}})
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"spec": {"tags": ["x"]}}), &ty),
+            "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .spec.tags"
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"spec": {"other": 1}}), &ty),
+            "failed to convert patch object to typed object: .spec.other: field not declared in schema"
+        );
+    }
+
+    // Conformance crd-v1-mutated: x-kubernetes-preserve-unknown-fields at the
+    // root keeps ObjectMeta typed and accepts any other field.
+    #[test]
+    fn crd_preserve_unknown_fields() {
+        let store = SchemaStore::with_crds(&[crd(
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        )]);
+        let ty = store.lookup("example.com", "v1", "Widget").unwrap();
+        let live = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+            "spec": {"list": [1]}});
+        let patch = json!({"metadata": {"labels": {"mutated": "true"}}, "spec": {"list": [2], "x": {"y": 1}}});
+        let got = apply_configuration(&live, &patch, &ty).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w", "labels": {"mutated": "true"}},
+                "spec": {"list": [2], "x": {"y": 1}}})
+        );
+        assert_eq!(
+            apply_err(&live, &json!({"metadata": {"labels": {"a": true}}}), &ty),
+            "failed to convert patch object to typed object: .metadata.labels.a: expected string, got &value.valueUnstructured{Value:true}"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_does_not_panic() {
+        let store = SchemaStore::with_crds(&[crd(
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        )]);
+        let ty = store.lookup("example.com", "v1", "Widget").unwrap();
+        let mut deep = json!(1);
+        for _ in 0..(MAX_DEPTH + 50) {
+            deep = json!({"a": deep});
+        }
+        let live = json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": deep.clone()});
+        let patch = json!({"spec": deep});
+        let err = apply_err(&live, &patch, &ty);
+        assert!(err.contains("exceeded maximum nesting depth"), "{err}");
+        assert!(crate::schema::unknown_fields(&live, &ty).is_empty());
+
+        // Just below the limit the merge goes through.
+        let mut deep = json!(1);
+        for _ in 0..(MAX_DEPTH - 10) {
+            deep = json!({"a": deep});
+        }
+        let live = json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": deep.clone()});
+        let got = apply_configuration(&live, &json!({"spec": deep}), &ty).unwrap();
+        assert!(got == live);
+    }
+
+    // --- structured-merge-diff typed/merge_test.go TestMerge triplets ---
+
+    /// TypedValue.Merge as the SMD test harness runs it: lhs validated with
+    /// AllowDuplicates, rhs strictly.
+    fn smd_merge(ty: &TypeRef, lhs: &Value, rhs: &Value) -> Value {
+        let errs = typed::validate(&ty.schema, &ty.spec, lhs, true);
+        assert!(errs.is_empty(), "lhs {lhs}: {errs:?}");
+        let errs = typed::validate(&ty.schema, &ty.spec, rhs, false);
+        assert!(errs.is_empty(), "rhs {rhs}: {errs:?}");
+        let (out, errs) = Merger { schema: &ty.schema }.merge(&ty.spec, Some(lhs), Some(rhs), 0);
+        assert!(errs.is_empty(), "merge {lhs} {rhs}: {errs:?}");
+        out.unwrap_or(Value::Null)
+    }
+
+    fn run_triplets(ty: &TypeRef, triplets: &[(&str, &str, &str)]) {
+        for (lhs, rhs, out) in triplets {
+            let lhs: Value = serde_json::from_str(lhs).unwrap();
+            let rhs: Value = serde_json::from_str(rhs).unwrap();
+            let want: Value = serde_json::from_str(out).unwrap();
+            assert_eq!(smd_merge(ty, &lhs, &rhs), want, "lhs {lhs} rhs {rhs}");
+        }
+    }
+
+    #[test]
+    fn smd_simple_pair() {
+        let ty = test_type(
+            json!({"stringPair": {"m": {"f": {"key": "string", "value": "__untyped_atomic_"}}}}),
+            "stringPair",
+        );
+        run_triplets(
+            &ty,
+            &[
+                (
+                    r#"{"key":"foo","value":{}}"#,
+                    r#"{"key":"foo","value":1}"#,
+                    r#"{"key":"foo","value":1}"#,
+                ),
+                (
+                    r#"{"key":"foo","value":1}"#,
+                    r#"{"key":"foo","value":{}}"#,
+                    r#"{"key":"foo","value":{}}"#,
+                ),
+                (
+                    r#"{"key":"foo","value":null}"#,
+                    r#"{"key":"foo","value":{}}"#,
+                    r#"{"key":"foo","value":{}}"#,
+                ),
+                (
+                    r#"{"key":"foo"}"#,
+                    r#"{"value":true}"#,
+                    r#"{"key":"foo","value":true}"#,
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn smd_null_and_empty() {
+        let untyped = "__untyped_atomic_";
+        for ty in [
+            test_type(
+                json!({"r": {"m": {"f": {"inner": {"m": {"e": untyped}}}}}}),
+                "r",
+            ),
+            test_type(
+                json!({"r": {"m": {"f": {"inner": {"m": {"f": {"value": untyped}}}}}}}),
+                "r",
+            ),
+        ] {
+            run_triplets(
+                &ty,
+                &[
+                    (r#"{}"#, r#"{"inner":{}}"#, r#"{"inner":{}}"#),
+                    (r#"{}"#, r#"{"inner":null}"#, r#"{"inner":null}"#),
+                    (r#"{"inner":null}"#, r#"{"inner":{}}"#, r#"{"inner":{}}"#),
+                    (r#"{"inner":{}}"#, r#"{"inner":null}"#, r#"{"inner":null}"#),
+                    (r#"{"inner":{}}"#, r#"{"inner":{}}"#, r#"{"inner":{}}"#),
+                ],
+            );
+        }
+        let ty = test_type(
+            json!({"r": {"m": {"f": {"inner": {"l": {"e": untyped, "r": "atomic"}}}}}}),
+            "r",
+        );
+        run_triplets(
+            &ty,
+            &[
+                (r#"{}"#, r#"{"inner":[]}"#, r#"{"inner":[]}"#),
+                (r#"{}"#, r#"{"inner":null}"#, r#"{"inner":null}"#),
+                (r#"{"inner":null}"#, r#"{"inner":[]}"#, r#"{"inner":[]}"#),
+                (r#"{"inner":[]}"#, r#"{"inner":null}"#, r#"{"inner":null}"#),
+                (r#"{"inner":[]}"#, r#"{"inner":[]}"#, r#"{"inner":[]}"#),
+            ],
+        );
+    }
+
+    #[test]
+    fn smd_struct_grab_bag_and_sets() {
+        let set = |e: &str| json!({"l": {"e": e, "r": "associative"}});
+        let ty = test_type(
+            json!({"myStruct": {"m": {"f": {
+                "numeric": "numeric", "string": "string", "bool": "boolean",
+                "setStr": set("string"), "setBool": set("boolean"), "setNumeric": set("numeric")
+            }}}}),
+            "myStruct",
+        );
+        run_triplets(
+            &ty,
+            &[
+                (
+                    r#"{"numeric":1}"#,
+                    r#"{"numeric":3.14159}"#,
+                    r#"{"numeric":3.14159}"#,
+                ),
+                (
+                    r#"{"numeric":3.14159}"#,
+                    r#"{"numeric":1}"#,
+                    r#"{"numeric":1}"#,
+                ),
+                (
+                    r#"{"string":"aoeu"}"#,
+                    r#"{"bool":true}"#,
+                    r#"{"string":"aoeu","bool":true}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["a","b"]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b"]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":[]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                ),
+                (
+                    r#"{"setStr":[]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["a","b","c"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b"]}"#,
+                    r#"{"setStr":["b","a"]}"#,
+                    r#"{"setStr":["b","a"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["d","e","f"]}"#,
+                    r#"{"setStr":["a","b","c","d","e","f"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["c","d","e","f"]}"#,
+                    r#"{"setStr":["a","b","c","d","e","f"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","g","f"]}"#,
+                    r#"{"setStr":["c","d","e","f"]}"#,
+                    r#"{"setStr":["a","b","c","g","d","e","f"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c"]}"#,
+                    r#"{"setStr":["d","e","f","x","y","z"]}"#,
+                    r#"{"setStr":["a","b","c","d","e","f","x","y","z"]}"#,
+                ),
+                (
+                    r#"{"setStr":["c","d","e","f"]}"#,
+                    r#"{"setStr":["a","c","e"]}"#,
+                    r#"{"setStr":["a","c","d","e","f"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","x","y","z"]}"#,
+                    r#"{"setStr":["d","e","f"]}"#,
+                    r#"{"setStr":["a","b","c","x","y","z","d","e","f"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","x","y","z"]}"#,
+                    r#"{"setStr":["d","e","f","x","y","z"]}"#,
+                    r#"{"setStr":["a","b","c","d","e","f","x","y","z"]}"#,
+                ),
+                (
+                    r#"{"setStr":["c","a","g","f"]}"#,
+                    r#"{"setStr":["c","f","a","g"]}"#,
+                    r#"{"setStr":["c","f","a","g"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","d"]}"#,
+                    r#"{"setStr":["d","e","f","a"]}"#,
+                    r#"{"setStr":["b","c","d","e","f","a"]}"#,
+                ),
+                (
+                    r#"{"setStr":["c","d","e","f","g","h","i","j"]}"#,
+                    r#"{"setStr":["2","h","3","e","4","k","l"]}"#,
+                    r#"{"setStr":["c","d","f","g","2","h","i","j","3","e","4","k","l"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","d","e","f","g","h","i","j"]}"#,
+                    r#"{"setStr":["1","b","2","h","3","e","4","k","l"]}"#,
+                    r#"{"setStr":["a","1","b","c","d","f","g","2","h","i","j","3","e","4","k","l"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","b"]}"#,
+                    r#"{"setStr":["c"]}"#,
+                    r#"{"setStr":["a","b","b","c"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","b"]}"#,
+                    r#"{"setStr":["b"]}"#,
+                    r#"{"setStr":["a","b"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","b"]}"#,
+                    r#"{"setStr":["a"]}"#,
+                    r#"{"setStr":["a","b","b"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","d","e","c"]}"#,
+                    r#"{"setStr":["1","b","2","e","d"]}"#,
+                    r#"{"setStr":["a","1","b","c","2","e","c","d"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","b","c","d","e","c"]}"#,
+                    r#"{"setStr":["1","b","2","c","e","d"]}"#,
+                    r#"{"setStr":["a","1","b","2","c","e","d"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","a","b","b"]}"#,
+                    r#"{"setStr":["b","c","d"]}"#,
+                    r#"{"setStr":["a","a","b","c","d"]}"#,
+                ),
+                (
+                    r#"{"setStr":["a","a","b","b"]}"#,
+                    r#"{"setStr":[]}"#,
+                    r#"{"setStr":["a","a","b","b"]}"#,
+                ),
+                (
+                    r#"{"setBool":[true]}"#,
+                    r#"{"setBool":[false]}"#,
+                    r#"{"setBool":[true, false]}"#,
+                ),
+                (
+                    r#"{"setNumeric":[1,2,3.14159]}"#,
+                    r#"{"setNumeric":[1,2,3]}"#,
+                    r#"{"setNumeric":[1,2,3.14159,3]}"#,
+                ),
+                (
+                    r#"{"setStr":["c","a","g","f","c","a"]}"#,
+                    r#"{"setStr":["c","f","a","g"]}"#,
+                    r#"{"setStr":["c","f","a","g"]}"#,
+                ),
+                (
+                    r#"{"setNumeric":[1,2,3.14159,1,2]}"#,
+                    r#"{"setNumeric":[1,2,3]}"#,
+                    r#"{"setNumeric":[1,2,3.14159,3]}"#,
+                ),
+                (
+                    r#"{"setBool":[true,false,true]}"#,
+                    r#"{"setBool":[false]}"#,
+                    r#"{"setBool":[true,false,true]}"#,
+                ),
+                (
+                    r#"{"setBool":[true,false,true]}"#,
+                    r#"{"setBool":[true]}"#,
+                    r#"{"setBool":[true, false]}"#,
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn smd_associative_list_with_two_keys() {
+        let ty = test_type(
+            json!({
+                "myRoot": {"m": {"f": {"list": "myList", "atomicList": "mySequence"}}},
+                "myList": {"l": {"e": "myElement", "r": "associative", "k": ["key", "id"]}},
+                "mySequence": {"l": {"e": "string", "r": "atomic"}},
+                "myElement": {"m": {"f": {"key": "string", "id": "numeric", "value": "myValue",
+                    "bv": "boolean", "nv": "numeric"}}},
+                "myValue": {"m": {"e": "string"}}
+            }),
+            "myRoot",
+        );
+        run_triplets(
+            &ty,
+            &[
+                (
+                    r#"{"list":[{"key":"a","id":1,"value":{"a":"a"}}]}"#,
+                    r#"{"list":[{"key":"a","id":1,"value":{"a":"a"}}]}"#,
+                    r#"{"list":[{"key":"a","id":1,"value":{"a":"a"}}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1,"value":{"a":"a"}}]}"#,
+                    r#"{"list":[{"key":"a","id":2,"value":{"a":"a"}}]}"#,
+                    r#"{"list":[{"key":"a","id":1,"value":{"a":"a"}},{"key":"a","id":2,"value":{"a":"a"}}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":1}]}"#,
+                    r#"{"list":[{"key":"a","id":1},{"key":"a","id":2}]}"#,
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":1},{"key":"a","id":2}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"b","id":2}]}"#,
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":2},{"key":"c","id":3}]}"#,
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":2},{"key":"c","id":3}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":2},{"key":"c","id":3}]}"#,
+                    r#"{"list":[{"key":"c","id":3},{"key":"b","id":2}]}"#,
+                    r#"{"list":[{"key":"a","id":1},{"key":"c","id":3},{"key":"b","id":2}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1},{"key":"b","id":2},{"key":"c","id":3}]}"#,
+                    r#"{"list":[{"key":"c","id":3},{"key":"a","id":1}]}"#,
+                    r#"{"list":[{"key":"b","id":2},{"key":"c","id":3},{"key":"a","id":1}]}"#,
+                ),
+                (
+                    r#"{"atomicList":["a","a","a"]}"#,
+                    r#"{"atomicList":null}"#,
+                    r#"{"atomicList":null}"#,
+                ),
+                (
+                    r#"{"atomicList":["a","b","c"]}"#,
+                    r#"{"atomicList":[]}"#,
+                    r#"{"atomicList":[]}"#,
+                ),
+                (
+                    r#"{"atomicList":["a","a","a"]}"#,
+                    r#"{"atomicList":["a","a"]}"#,
+                    r#"{"atomicList":["a","a"]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1,"bv":true},{"key":"b","id":2},{"key":"a","id":1,"bv":false,"nv":2}]}"#,
+                    r#"{"list":[{"key":"a","id":1,"nv":3},{"key":"c","id":3},{"key":"b","id":2}]}"#,
+                    r#"{"list":[{"key":"a","id":1,"nv":3},{"key":"c","id":3},{"key":"b","id":2}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1,"nv":1},{"key":"a","id":1,"nv":2}]}"#,
+                    r#"{"list":[]}"#,
+                    r#"{"list":[{"key":"a","id":1,"nv":1},{"key":"a","id":1,"nv":2}]}"#,
+                ),
+                (
+                    r#"{"list":[{"key":"a","id":1,"nv":1},{"key":"a","id":1,"nv":2}]}"#,
+                    r#"{}"#,
+                    r#"{"list":[{"key":"a","id":1,"nv":1},{"key":"a","id":1,"nv":2}]}"#,
+                ),
+            ],
+        );
+    }
+
+    // SMD merge.go doMap: a null applied to a non-empty granular map keeps
+    // the object's entries (only an empty/absent one becomes null).
+    #[test]
+    fn null_on_granular_map_keeps_entries() {
+        let ty = kind("", "v1", "ConfigMap");
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "1"}});
+        let got =
+            apply_configuration(&live, &json!({"data": null, "immutable": null}), &ty).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "1"}, "immutable": null})
+        );
+    }
+}

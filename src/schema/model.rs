@@ -1,0 +1,292 @@
+//! The structured-merge-diff (SMD) schema model: atoms, type references and
+//! their resolution (sigs.k8s.io/structured-merge-diff/v6 `schema`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// Name of SMD's untyped atomic type (kube-openapi schemaconv `untypedDef`).
+pub(crate) const UNTYPED_ATOMIC: &str = "__untyped_atomic_";
+/// Name of SMD's deduced type (kube-openapi schemaconv `deducedDef`).
+pub(crate) const UNTYPED_DEDUCED: &str = "__untyped_deduced_";
+
+/// A scalar type (SMD `schema.Scalar`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scalar {
+    Numeric,
+    String,
+    Boolean,
+    Untyped,
+}
+
+impl Scalar {
+    pub(crate) fn parse(s: &str) -> Option<Scalar> {
+        match s {
+            "numeric" => Some(Scalar::Numeric),
+            "string" => Some(Scalar::String),
+            "boolean" => Some(Scalar::Boolean),
+            "untyped" => Some(Scalar::Untyped),
+            _ => None,
+        }
+    }
+}
+
+/// How the items of a list or map relate (SMD `schema.ElementRelationship`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relationship {
+    Atomic,
+    Associative,
+    Separable,
+}
+
+impl Relationship {
+    pub(crate) fn parse(s: &str) -> Option<Relationship> {
+        match s {
+            "atomic" => Some(Relationship::Atomic),
+            "associative" => Some(Relationship::Associative),
+            "separable" => Some(Relationship::Separable),
+            _ => None,
+        }
+    }
+}
+
+/// A list type (SMD `schema.List`).
+#[derive(Debug)]
+pub(crate) struct ListDef {
+    pub(crate) element: TypeSpec,
+    pub(crate) relationship: Option<Relationship>,
+    pub(crate) keys: Vec<String>,
+}
+
+/// One field of a map/struct type (SMD `schema.StructField`).
+#[derive(Debug)]
+pub(crate) struct FieldDef {
+    pub(crate) ty: TypeSpec,
+    pub(crate) default: Option<Value>,
+}
+
+/// A map or struct type (SMD `schema.Map`).
+#[derive(Debug, Default)]
+pub(crate) struct MapDef {
+    fields: HashMap<String, FieldDef>,
+    /// Type of the keys not in `fields`; `None` means they are not allowed.
+    pub(crate) element: Option<TypeSpec>,
+    /// Unset means the default (separable).
+    pub(crate) relationship: Option<Relationship>,
+}
+
+impl MapDef {
+    pub(crate) fn new(
+        fields: HashMap<String, FieldDef>,
+        element: Option<TypeSpec>,
+        relationship: Option<Relationship>,
+    ) -> MapDef {
+        MapDef {
+            fields,
+            element,
+            relationship,
+        }
+    }
+
+    /// The declared field `name` (SMD `Map.FindField`).
+    pub(crate) fn field(&self, name: &str) -> Option<&FieldDef> {
+        self.fields.get(name)
+    }
+}
+
+/// A set of possible types for one value (SMD `schema.Atom`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Atom {
+    pub(crate) scalar: Option<Scalar>,
+    pub(crate) list: Option<Arc<ListDef>>,
+    pub(crate) map: Option<Arc<MapDef>>,
+}
+
+/// A reference to a type: named, or inlined (SMD `schema.TypeRef`).
+#[derive(Clone, Debug)]
+pub(crate) enum TypeSpec {
+    /// A named type, optionally overriding its element relationship.
+    Named {
+        name: Arc<str>,
+        relationship: Option<Relationship>,
+    },
+    /// An inlined atom.
+    Inline(Atom),
+}
+
+impl TypeSpec {
+    pub(crate) fn named(name: &str) -> TypeSpec {
+        TypeSpec::Named {
+            name: Arc::from(name),
+            relationship: None,
+        }
+    }
+
+    pub(crate) fn scalar(s: Scalar) -> TypeSpec {
+        TypeSpec::Inline(Atom {
+            scalar: Some(s),
+            ..Atom::default()
+        })
+    }
+
+    /// The name used in SMD error messages ("inlined type" when inlined).
+    pub(crate) fn display_name(&self) -> &str {
+        match self {
+            TypeSpec::Named { name, .. } => name,
+            TypeSpec::Inline(_) => "inlined type",
+        }
+    }
+}
+
+/// A list type as seen through a type reference (relationship override applied).
+#[derive(Clone, Debug)]
+pub(crate) struct ListView {
+    pub(crate) def: Arc<ListDef>,
+    pub(crate) relationship: Option<Relationship>,
+}
+
+/// A map type as seen through a type reference (relationship override applied).
+#[derive(Clone, Debug)]
+pub(crate) struct MapView {
+    pub(crate) def: Arc<MapDef>,
+    pub(crate) relationship: Option<Relationship>,
+}
+
+/// A resolved atom (SMD `Schema.Resolve` result).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Resolved {
+    pub(crate) scalar: Option<Scalar>,
+    pub(crate) list: Option<ListView>,
+    pub(crate) map: Option<MapView>,
+}
+
+impl Resolved {
+    fn from_atom(atom: &Atom) -> Resolved {
+        Resolved {
+            scalar: atom.scalar,
+            list: atom.list.as_ref().map(|def| ListView {
+                def: def.clone(),
+                relationship: def.relationship,
+            }),
+            map: atom.map.as_ref().map(|def| MapView {
+                def: def.clone(),
+                relationship: def.relationship,
+            }),
+        }
+    }
+
+    /// SMD `deduceAtom`: keep only the member matching the value's kind, if
+    /// the atom has one; otherwise the whole atom (validation then fails
+    /// with a useful message).
+    pub(crate) fn deduce(&self, v: Option<&Value>) -> Resolved {
+        match v {
+            Some(Value::Bool(_)) | Some(Value::Number(_)) | Some(Value::String(_))
+                if self.scalar.is_some() =>
+            {
+                Resolved {
+                    scalar: self.scalar,
+                    ..Resolved::default()
+                }
+            }
+            Some(Value::Array(_)) if self.list.is_some() => Resolved {
+                list: self.list.clone(),
+                ..Resolved::default()
+            },
+            Some(Value::Object(_)) if self.map.is_some() => Resolved {
+                map: self.map.clone(),
+                ..Resolved::default()
+            },
+            _ => self.clone(),
+        }
+    }
+
+    /// Whether two atoms deduced from the same atom are equal (SMD `Atom.Equals`).
+    pub(crate) fn same_members(&self, other: &Resolved) -> bool {
+        self.scalar.is_some() == other.scalar.is_some()
+            && self.list.is_some() == other.list.is_some()
+            && self.map.is_some() == other.map.is_some()
+    }
+}
+
+/// A set of named types, possibly layered over a parent set.
+pub(crate) struct SchemaData {
+    types: HashMap<String, Atom>,
+    parent: Option<Arc<SchemaData>>,
+}
+
+impl fmt::Debug for SchemaData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchemaData")
+            .field("types", &self.types.len())
+            .field("parent", &self.parent.is_some())
+            .finish()
+    }
+}
+
+impl SchemaData {
+    pub(crate) fn new(types: HashMap<String, Atom>, parent: Option<Arc<SchemaData>>) -> SchemaData {
+        SchemaData { types, parent }
+    }
+
+    fn named(&self, name: &str) -> Option<&Atom> {
+        match self.types.get(name) {
+            Some(a) => Some(a),
+            None => self.parent.as_ref().and_then(|p| p.named(name)),
+        }
+    }
+
+    /// SMD `Schema.Resolve`: the atom a type reference designates, with the
+    /// reference's relationship override applied to its map (or else list).
+    pub(crate) fn resolve(&self, spec: &TypeSpec) -> Option<Resolved> {
+        match spec {
+            TypeSpec::Inline(atom) => Some(Resolved::from_atom(atom)),
+            TypeSpec::Named { name, relationship } => {
+                let mut r = Resolved::from_atom(self.named(name)?);
+                if let Some(rel) = relationship {
+                    if let Some(m) = r.map.as_mut() {
+                        m.relationship = Some(*rel);
+                    } else if let Some(l) = r.list.as_mut() {
+                        l.relationship = Some(*rel);
+                    } else {
+                        return None;
+                    }
+                }
+                Some(r)
+            }
+        }
+    }
+}
+
+/// The two types every converted schema has (kube-openapi schemaconv
+/// `addCommonTypes`): untyped-atomic and deduced.
+pub(crate) fn common_types() -> [(String, Atom); 2] {
+    let untyped_list = Arc::new(ListDef {
+        element: TypeSpec::named(UNTYPED_ATOMIC),
+        relationship: Some(Relationship::Atomic),
+        keys: Vec::new(),
+    });
+    let atomic = Atom {
+        scalar: Some(Scalar::Untyped),
+        list: Some(untyped_list.clone()),
+        map: Some(Arc::new(MapDef::new(
+            HashMap::new(),
+            Some(TypeSpec::named(UNTYPED_ATOMIC)),
+            Some(Relationship::Atomic),
+        ))),
+    };
+    let deduced = Atom {
+        scalar: Some(Scalar::Untyped),
+        list: Some(untyped_list),
+        map: Some(Arc::new(MapDef::new(
+            HashMap::new(),
+            Some(TypeSpec::named(UNTYPED_DEDUCED)),
+            Some(Relationship::Separable),
+        ))),
+    };
+    [
+        (UNTYPED_ATOMIC.to_string(), atomic),
+        (UNTYPED_DEDUCED.to_string(), deduced),
+    ]
+}

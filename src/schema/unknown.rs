@@ -1,0 +1,88 @@
+//! Fields a strict JSON decoding into the Go types would reject
+//! (sigs.k8s.io/json `UnmarshalStrict` with `DisallowUnknownFields`, as
+//! kube-apiserver's strict serializer uses it).
+
+use serde_json::Value;
+
+use super::model::{SchemaData, TypeSpec};
+use super::typed::MAX_DEPTH;
+
+/// sigs.k8s.io/json keeps at most this many strict errors.
+const MAX_ERRORS: usize = 100;
+
+pub(crate) fn collect(schema: &SchemaData, spec: &TypeSpec, value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    walk(schema, spec, value, "", true, 0, &mut out);
+    out
+}
+
+fn walk(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    v: &Value,
+    path: &str,
+    root: bool,
+    depth: usize,
+    out: &mut Vec<String>,
+) {
+    if depth > MAX_DEPTH || out.len() >= MAX_ERRORS {
+        return;
+    }
+    let Some(atom) = schema.resolve(spec) else {
+        return;
+    };
+    let atom = atom.deduce(Some(v));
+    match v {
+        Value::Object(m) => {
+            let Some(map) = &atom.map else {
+                return;
+            };
+            // The decoder meets the keys in document order; the documents
+            // kube-apiserver decodes here are re-encoded Go maps, whose keys
+            // are sorted.
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for key in keys {
+                if root && (key == "apiVersion" || key == "kind") {
+                    continue;
+                }
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let ty = match map.def.field(key) {
+                    Some(f) => &f.ty,
+                    None => match &map.def.element {
+                        Some(e) => e,
+                        None => {
+                            if out.len() < MAX_ERRORS {
+                                out.push(child);
+                            }
+                            continue;
+                        }
+                    },
+                };
+                walk(schema, ty, &m[key.as_str()], &child, false, depth + 1, out);
+            }
+        }
+        Value::Array(items) => {
+            let Some(list) = &atom.list else {
+                return;
+            };
+            for (i, item) in items.iter().enumerate() {
+                let child = format!("{path}[{i}]");
+                walk(
+                    schema,
+                    &list.def.element,
+                    item,
+                    &child,
+                    false,
+                    depth + 1,
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
+}
