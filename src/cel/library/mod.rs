@@ -1,5 +1,17 @@
-//! Functions kmutate adds to the CEL environment: `jsonpatch.escapeKey` and
-//! the internal helpers of the two-variable comprehensions.
+//! Functions kmutate adds to the CEL environment: the Kubernetes libraries
+//! (`k8s.io/apiserver/pkg/cel/library`), `jsonpatch.escapeKey` and the
+//! internal helpers of the two-variable comprehensions.
+
+pub mod authz;
+pub mod format;
+pub mod ip;
+pub mod lists;
+pub mod math;
+pub mod quantity;
+pub mod regex;
+pub mod semver;
+pub mod sets;
+pub mod urls;
 
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString};
@@ -9,6 +21,16 @@ use std::collections::HashMap;
 
 /// Registers the functions on `env`.
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
+    lists::register(env)?;
+    regex::register(env)?;
+    sets::register(env)?;
+    urls::register(env)?;
+    format::register(env)?;
+    quantity::register(env)?;
+    ip::register(env)?;
+    semver::register(env)?;
+    math::register(env)?;
+    authz::register(env)?;
     cel::add_overload!(env, fn escape_key: (CelString) -> CelString, name = "jsonpatch.escapeKey")?;
     env.add_overload(
         ENTRIES_FN,
