@@ -9,9 +9,11 @@
 //! - [`schema`]: OpenAPI schemas of built-in kinds and CRDs;
 //! - [`mutation`]: ApplyConfiguration merge and JSON patch application;
 //! - [`dispatch`]: compiled policies, params, variables, reinvocation;
-//! - [`conformance`]: the conformance case runner.
+//! - [`conformance`]: the conformance case runner;
+//! - [`webhook`]: the admission webhook (`kmutate serve`) and its load generator.
 
 pub mod api;
+pub mod authorizer;
 pub mod cel;
 pub mod conformance;
 pub mod dispatch;
@@ -20,3 +22,5 @@ pub mod matching;
 pub mod mutation;
 pub mod request;
 pub mod schema;
+pub mod translate;
+pub mod webhook;

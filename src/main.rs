@@ -3,6 +3,7 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use kmutate::api::load;
+use kmutate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
 use kmutate::conformance;
 use kmutate::dispatch::{AdmissionContext, Outcome, PolicySet};
 use kmutate::matching::{complete_request, ResourceTable};
@@ -29,6 +30,12 @@ enum Command {
     Bench(BenchArgs),
     /// Load and compile policies and bindings; report every problem.
     Check(CheckArgs),
+    /// Serve the admission webhook (HTTPS POST /mutate, GET /metrics).
+    Serve(kmutate::webhook::cli::ServeArgs),
+    /// Drive a webhook with a recorded AdmissionReview; report throughput and latency.
+    Loadtest(kmutate::webhook::cli::LoadtestArgs),
+    /// Translate declarative mutation rules (Katalog, Capsule) to policies and bindings.
+    Translate(kmutate::translate::cli::TranslateArgs),
 }
 
 #[derive(clap::Args)]
@@ -57,6 +64,16 @@ struct ApplyArgs {
     /// Groups of the requesting user.
     #[arg(long = "group")]
     groups: Vec<String>,
+    /// Decisions for the CEL `authorizer` checks: a YAML or JSON list of
+    /// `{user?, group?, resource?, subresource?, namespace?, name?, verb,
+    /// path?, allowed, reason?}`, the first entry whose given fields all equal
+    /// the check's deciding it (as a conformance case's `authorizer` list).
+    /// Without this or --authorizer-allow-all, every check is denied.
+    #[arg(long, value_name = "FILE", conflicts_with = "authorizer_allow_all")]
+    authorizer: Option<PathBuf>,
+    /// Allow every CEL `authorizer` check.
+    #[arg(long)]
+    authorizer_allow_all: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     output: OutputFormat,
@@ -113,6 +130,9 @@ fn main() -> ExitCode {
         Command::Conformance(c) => conformance_cmd(c),
         Command::Bench(b) => bench(b),
         Command::Check(c) => check(c),
+        Command::Serve(s) => kmutate::webhook::cli::serve(s),
+        Command::Loadtest(l) => kmutate::webhook::cli::loadtest_cmd(l),
+        Command::Translate(t) => kmutate::translate::cli::translate_cmd(t),
     };
     match result {
         Ok(code) => code,
@@ -135,7 +155,16 @@ fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
             docs.len()
         );
     }
-    Ok(docs.remove(0))
+    let object = docs.remove(0);
+    for field in ["apiVersion", "kind"] {
+        if !object.get(field).is_some_and(|v| v.is_string()) {
+            bail!(
+                "{}: not a Kubernetes object: it has no string field {field:?}",
+                path.display()
+            );
+        }
+    }
+    Ok(object)
 }
 
 fn apply(a: ApplyArgs) -> Result<ExitCode> {
@@ -177,10 +206,19 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
     for e in &errors {
         eprintln!("warning: {e}");
     }
+    let authorizer: Box<dyn Authorizer> = match &a.authorizer {
+        Some(path) => Box::new(
+            FixedAuthorizer::from_json(&read_object(path)?)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        ),
+        None if a.authorizer_allow_all => Box::new(AlwaysAllow),
+        None => Box::new(AlwaysDeny),
+    };
     let ctx = AdmissionContext {
         cluster: &cluster,
         schemas: &schemas,
         resources: &table,
+        authorizer: authorizer.as_ref(),
     };
     match set.admit(&request, &ctx) {
         Outcome::Denied { message, .. } => {

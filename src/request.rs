@@ -214,3 +214,54 @@ pub fn labels_of(o: &Value) -> BTreeMap<String, String> {
         })
         .unwrap_or_default()
 }
+
+/// The fields of an [`AdmissionRequest`] the CEL `request` variable holds
+/// (all but the objects), borrowed for serialisation.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CelRequestView<'a> {
+    uid: &'a str,
+    kind: &'a GroupVersionKind,
+    resource: &'a GroupVersionResource,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    sub_resource: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_kind: &'a Option<GroupVersionKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_resource: &'a Option<GroupVersionResource>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_sub_resource: &'a Option<String>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    namespace: &'a str,
+    operation: &'a str,
+    user_info: &'a UserInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_run: &'a Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    options: &'a Option<Value>,
+}
+
+impl AdmissionRequest {
+    /// The CEL `request` variable: the request without its objects, as
+    /// upstream's `CreateAdmissionRequest` builds it.
+    pub fn cel_request_json(&self) -> Value {
+        serde_json::to_value(CelRequestView {
+            uid: &self.uid,
+            kind: &self.kind,
+            resource: &self.resource,
+            sub_resource: &self.sub_resource,
+            request_kind: &self.request_kind,
+            request_resource: &self.request_resource,
+            request_sub_resource: &self.request_sub_resource,
+            name: &self.name,
+            namespace: &self.namespace,
+            operation: &self.operation,
+            user_info: &self.user_info,
+            dry_run: &self.dry_run,
+            options: &self.options,
+        })
+        .unwrap_or(Value::Null)
+    }
+}

@@ -3,6 +3,7 @@
 //! `JSONPatch` types, JSON conversions and the Kubernetes libraries.
 
 pub mod convert;
+pub mod cost;
 mod library;
 pub mod object_types;
 mod rewrite;
@@ -13,6 +14,10 @@ use std::sync::{Arc, OnceLock};
 
 pub use cel::common::value::{CowVal, Val};
 pub use cel::Context;
+pub use library::authz;
+
+/// Stack of the thread expressions are compiled on.
+const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;
 
 /// Parser recursion limit: deeper expressions are refused, never a crash.
 const MAX_PARSE_DEPTH: u16 = 250;
@@ -30,6 +35,11 @@ pub struct CompileError {
 pub struct CompiledExpression {
     source: String,
     ast: IdedExpr,
+    /// The cost of the part of the tree that always runs (see `cost`).
+    root_cost: u64,
+    /// The identifiers the expression reads, sorted (to skip building
+    /// inputs nobody reads).
+    identifiers: Vec<String>,
 }
 
 impl CompiledExpression {
@@ -38,17 +48,51 @@ impl CompiledExpression {
         &self.source
     }
 
+    /// Whether the expression reads the top-level variable `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.identifiers
+            .binary_search_by(|i| i.as_str().cmp(name))
+            .is_ok()
+    }
+
     /// The rewritten expression tree.
     pub fn ast(&self) -> &IdedExpr {
         &self.ast
     }
 
-    /// Evaluates the expression in `ctx`.
+    /// Evaluates the expression in `ctx`, within the per-call cost limit.
     pub fn evaluate<'e, 'p, 'v>(
         &'e self,
         ctx: &'e Context<'p, 'v>,
     ) -> Result<CowVal<'e, 'v>, ExecutionError> {
-        cel::Value::resolve_val(&self.ast, ctx)
+        self.evaluate_with_cost(ctx).0
+    }
+
+    /// Evaluates the expression in `ctx`, within the per-call cost limit
+    /// (`cost::PER_CALL_LIMIT`); also returns the cost of the evaluation.
+    pub fn evaluate_with_cost<'e, 'p, 'v>(
+        &'e self,
+        ctx: &'e Context<'p, 'v>,
+    ) -> (Result<CowVal<'e, 'v>, ExecutionError>, u64) {
+        self.evaluate_with_limit(ctx, cost::PER_CALL_LIMIT)
+    }
+
+    /// Evaluates the expression in `ctx` within the cost `limit`; also
+    /// returns the cost of the evaluation.
+    pub fn evaluate_with_limit<'e, 'p, 'v>(
+        &'e self,
+        ctx: &'e Context<'p, 'v>,
+        limit: u64,
+    ) -> (Result<CowVal<'e, 'v>, ExecutionError>, u64) {
+        let meter = cost::Meter::start(limit);
+        let result =
+            cost::charge(self.root_cost).and_then(|()| cel::Value::resolve_val(&self.ast, ctx));
+        let result = if meter.exceeded() {
+            Err(cost::limit_exceeded())
+        } else {
+            result
+        };
+        (result, meter.cost())
     }
 }
 
@@ -75,11 +119,15 @@ impl CelEnvironment {
         let mut env = Env::stdlib();
         env.add_extension(cel::extensions::strings)
             .expect("strings extension registers once");
+        // cel-go `ext.Lists` (ListsVersion 3) is in kube-apiserver 1.36's base environment.
+        env.add_extension(cel::extensions::lists)
+            .expect("lists extension registers once");
         env.add_type(object_types::ObjectStructType::default())
             .expect("Object type registers once");
         env.add_type(object_types::JsonPatchStructType::default())
             .expect("JSONPatch type registers once");
         library::register(&mut env).expect("kmutate library registers once");
+        cost::register(&mut env).expect("cost functions register once");
         CelEnvironment { env: Arc::new(env) }
     }
 
@@ -95,7 +143,47 @@ impl CelEnvironment {
 
     /// Parses and prepares `source`.
     pub fn compile(&self, source: &str) -> Result<CompiledExpression, CompileError> {
+        self.compile_with(source, true)
+    }
+
+    /// Parses and prepares `source` without the cost metering: for tests
+    /// comparing metered and unmetered evaluations.
+    #[doc(hidden)]
+    pub fn compile_unmetered(&self, source: &str) -> Result<CompiledExpression, CompileError> {
+        self.compile_with(source, false)
+    }
+
+    fn compile_with(
+        &self,
+        source: &str,
+        metered: bool,
+    ) -> Result<CompiledExpression, CompileError> {
         check_nesting(source)?;
+        // The parser recurses deeply per nesting level (much more in debug
+        // builds): compile on a thread with a large stack rather than risk
+        // the caller's. Compiling happens at load time, not per request.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("cel-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, || self.compile_on_this_thread(source, metered))
+                .map_err(|e| CompileError {
+                    message: format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}"),
+                })?
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(CompileError {
+                        message: "ERROR: <input>:1:1: the parser failed on this expression".into(),
+                    })
+                })
+        })
+    }
+
+    fn compile_on_this_thread(
+        &self,
+        source: &str,
+        metered: bool,
+    ) -> Result<CompiledExpression, CompileError> {
         let parser = self.env.parser().max_recursion_depth(MAX_PARSE_DEPTH);
         let mut ast = parser.parse(source).map_err(|e| CompileError {
             message: e.to_string(),
@@ -104,10 +192,64 @@ impl CelEnvironment {
         rewrite::rewrite(&mut ast, &mut next_id).map_err(|m| CompileError {
             message: format!("ERROR: <input>:1:1: {m}"),
         })?;
+        let mut identifiers = Vec::new();
+        collect_identifiers(&ast, &mut identifiers);
+        identifiers.sort();
+        identifiers.dedup();
+        let root_cost = if metered {
+            cost::instrument(&mut ast, &mut next_id)
+        } else {
+            0
+        };
         Ok(CompiledExpression {
             source: source.to_string(),
             ast,
+            root_cost,
+            identifiers,
         })
+    }
+}
+
+/// Every identifier of the tree (variables, comprehension variables).
+fn collect_identifiers(e: &IdedExpr, out: &mut Vec<String>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &e.expr {
+        Expr::Ident(name) => out.push(name.clone()),
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                collect_identifiers(t, out);
+            }
+            c.args.iter().for_each(|a| collect_identifiers(a, out));
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                collect_identifiers(x, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| collect_identifiers(x, out)),
+        Expr::Map(m) => {
+            for en in &m.entries {
+                if let EntryExpr::MapEntry(me) = &en.expr {
+                    collect_identifiers(&me.key, out);
+                    collect_identifiers(&me.value, out);
+                }
+            }
+        }
+        Expr::Select(sel) => collect_identifiers(&sel.operand, out),
+        Expr::Struct(st) => {
+            for en in &st.entries {
+                if let EntryExpr::StructField(f) = &en.expr {
+                    collect_identifiers(&f.value, out);
+                }
+            }
+        }
+        Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 

@@ -160,3 +160,78 @@ fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>
         }
     }
 }
+
+/// Converts an apply configuration (`Object{...}`) to JSON, checking on the
+/// way, as `check_type_names` does, that nested initializers are named for
+/// their field path. Mismatches come back joined by newlines, as upstream's
+/// `errors.Join`.
+pub fn object_to_json(root: &CelStruct) -> Result<serde_json::Value, String> {
+    let mut path = vec![root.name().to_string()];
+    let mut mismatches = Vec::new();
+    let json = struct_to_json(root, &mut path, &mut mismatches).map_err(|e| e.to_string())?;
+    if mismatches.is_empty() {
+        Ok(json)
+    } else {
+        Err(format!("type mismatch: {}", mismatches.join("\n")))
+    }
+}
+
+fn struct_to_json(
+    st: &CelStruct,
+    path: &mut Vec<String>,
+    mismatches: &mut Vec<String>,
+) -> Result<serde_json::Value, super::convert::ToJsonError> {
+    let expected = path.join(".");
+    if st.name() != expected {
+        mismatches.push(format!(
+            "unexpected type name {:?}, expected {:?}, which matches field name path from root Object type",
+            st.name(),
+            expected
+        ));
+    }
+    let mut out = serde_json::Map::new();
+    for (field, value) in st.field_values() {
+        path.push(field);
+        let converted = field_to_json(value.as_ref(), path, mismatches);
+        let field = path.pop().unwrap_or_default();
+        out.insert(field, converted?);
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+fn field_to_json(
+    value: &dyn Val,
+    path: &mut Vec<String>,
+    mismatches: &mut Vec<String>,
+) -> Result<serde_json::Value, super::convert::ToJsonError> {
+    use cel::common::types::{CelList, CelMap};
+    if let Some(st) = value.downcast_ref::<CelStruct>() {
+        return struct_to_json(st, path, mismatches);
+    }
+    if let Some(list) = value.downcast_ref::<CelList>() {
+        return list
+            .inner()
+            .iter()
+            .map(|item| field_to_json(item.as_ref(), path, mismatches))
+            .collect::<Result<Vec<_>, _>>()
+            .map(serde_json::Value::Array);
+    }
+    if let Some(map) = value.downcast_ref::<CelMap>() {
+        let mut entries = Vec::with_capacity(map.inner().len());
+        for (k, v) in map.inner() {
+            let Some(key) = k.inner().downcast_ref::<CelString>() else {
+                return Err(super::convert::ToJsonError(format!(
+                    "map key of type {} is not string",
+                    k.inner().get_type().name()
+                )));
+            };
+            entries.push((
+                key.inner().to_string(),
+                field_to_json(v.as_ref(), path, mismatches)?,
+            ));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        return Ok(serde_json::Value::Object(entries.into_iter().collect()));
+    }
+    super::convert::val_to_json(value)
+}

@@ -2,6 +2,7 @@
 //! runs each through the dispatcher and compares with its expectation.
 
 use crate::api::{binding_from_json, load, policy_from_json, SourceRef};
+use crate::authorizer::FixedAuthorizer;
 use crate::dispatch::{AdmissionContext, Outcome, PolicySet};
 use crate::matching::{complete_request, ResourceTable};
 use crate::request::{AdmissionRequest, ClusterObjects};
@@ -33,6 +34,8 @@ pub struct PreparedCase {
     pub schemas: SchemaStore,
     /// Resource names and scopes.
     pub resources: ResourceTable,
+    /// The case's `authorizer` decisions (none listed: every check denied).
+    pub authorizer: FixedAuthorizer,
 }
 
 impl PreparedCase {
@@ -42,6 +45,7 @@ impl PreparedCase {
             cluster: &self.cluster,
             schemas: &self.schemas,
             resources: &self.resources,
+            authorizer: &self.authorizer,
         };
         self.policies.admit(&self.request, &ctx)
     }
@@ -118,10 +122,23 @@ fn list<'a>(doc: &'a Json, key: &str) -> &'a [Json] {
 /// Builds the admission a case describes.
 pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
     let doc = &case.doc;
-    if doc.get("declarative").is_some() {
-        return Err("declarative translation is not implemented yet".into());
-    }
+    // `declarative:` items are translated first and join the case's own policies.
+    let translated = match doc.get("declarative") {
+        Some(items) => {
+            let dir = Path::new(&case.source.file)
+                .parent()
+                .unwrap_or(Path::new("."));
+            crate::translate::translate_declarative_list(items, dir).map_err(|e| e.to_string())?
+        }
+        None => crate::translate::Translation::default(),
+    };
     let mut policies = Vec::new();
+    for (i, p) in translated.policies.iter().enumerate() {
+        policies.push(
+            policy_from_json(p, case.source.clone())
+                .map_err(|e| format!("translated policies[{i}]: {e}"))?,
+        );
+    }
     for (i, p) in list(doc, "policies").iter().enumerate() {
         let at = SourceRef {
             file: case.source.file.clone(),
@@ -130,6 +147,12 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
         policies.push(policy_from_json(p, at).map_err(|e| format!("policies[{i}]: {e}"))?);
     }
     let mut bindings = Vec::new();
+    for (i, b) in translated.bindings.iter().enumerate() {
+        bindings.push(
+            binding_from_json(b, case.source.clone())
+                .map_err(|e| format!("translated bindings[{i}]: {e}"))?,
+        );
+    }
     for (i, b) in list(doc, "bindings").iter().enumerate() {
         bindings.push(
             binding_from_json(b, case.source.clone()).map_err(|e| format!("bindings[{i}]: {e}"))?,
@@ -153,6 +176,8 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
         request.uid = format!("conformance-{}", case.name);
     }
     complete_request(&mut request, &resources);
+    let authorizer = FixedAuthorizer::from_json(doc.get("authorizer").unwrap_or(&Json::Null))
+        .map_err(|e| format!("authorizer: {e}"))?;
     let (policies, _compile_errors) = PolicySet::new(policies, bindings);
     Ok(PreparedCase {
         policies,
@@ -160,6 +185,7 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
         cluster,
         schemas,
         resources,
+        authorizer,
     })
 }
 

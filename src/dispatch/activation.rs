@@ -2,12 +2,16 @@
 //! `request`, `params`, `namespaceObject`, `authorizer` and the lazily
 //! evaluated `variables`.
 
+use crate::cel::convert::json_to_val;
+use crate::cel::cost::{OUT_OF_BUDGET, RUNTIME_CEL_COST_BUDGET};
 use crate::cel::{error_text, CelEnvironment, CompiledExpression};
 use cel::common::traits::Indexer;
 use cel::common::types::{self, CelString, Type};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::ExecutionError;
+use serde_json::Value as Json;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// A policy variable, compiled (or the reason it did not compile).
@@ -19,12 +23,25 @@ pub struct CompiledVariable {
     pub expression: Result<CompiledExpression, String>,
 }
 
+/// A JSON input, its name and its CEL form once converted.
+type LazyInput<'a> = (&'static str, &'a Json, OnceLock<Box<dyn Val + 'a>>);
+
 /// The inputs of one invocation, with the memo of its variables.
+///
+/// JSON inputs are converted to CEL values on first use only: most
+/// expressions read one or two of them.
 pub struct Activation<'a> {
     env: &'a CelEnvironment,
+    json_inputs: Vec<LazyInput<'a>>,
     inputs: Vec<(&'static str, Box<dyn Val + 'a>)>,
     variables: &'a [CompiledVariable],
     cells: Vec<OnceLock<Result<Box<dyn Val + 'static>, String>>>,
+    /// The cost budget left to the expressions evaluated here (upstream's
+    /// `remainingBudget` of `activation.Evaluate`).
+    budget: AtomicI64,
+    /// The cost of the variables evaluated since the last expression.
+    variables_cost: AtomicU64,
+    out_of_budget: AtomicBool,
 }
 
 impl std::fmt::Debug for Activation<'_> {
@@ -34,33 +51,82 @@ impl std::fmt::Debug for Activation<'_> {
 }
 
 impl<'a> Activation<'a> {
-    /// An activation over `inputs` (name, value) and the policy's variables.
+    /// An activation over JSON inputs, other inputs (name, value) and the
+    /// policy's variables.
     pub fn new(
         env: &'a CelEnvironment,
+        json_inputs: Vec<(&'static str, &'a Json)>,
         inputs: Vec<(&'static str, Box<dyn Val + 'a>)>,
         variables: &'a [CompiledVariable],
     ) -> Self {
         Activation {
             env,
+            json_inputs: json_inputs
+                .into_iter()
+                .map(|(name, json)| (name, json, OnceLock::new()))
+                .collect(),
             inputs,
             variables,
             cells: (0..variables.len()).map(|_| OnceLock::new()).collect(),
+            budget: AtomicI64::new(RUNTIME_CEL_COST_BUDGET),
+            variables_cost: AtomicU64::new(0),
+            out_of_budget: AtomicBool::new(false),
         }
+    }
+
+    /// Sets the cost budget of the expressions evaluated here (a mutation's
+    /// is `RUNTIME_CEL_COST_BUDGET`, the default; the match conditions of an
+    /// invocation share `RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS`).
+    pub fn with_budget(self, budget: i64) -> Self {
+        self.budget.store(budget, Relaxed);
+        self
+    }
+
+    /// Whether an evaluation ran out of the budget: its error is then
+    /// upstream's `OUT_OF_BUDGET`, which is no error of the expression.
+    pub fn out_of_budget(&self) -> bool {
+        self.out_of_budget.load(Relaxed)
     }
 
     /// Evaluates `expr` and hands its result to `f` while the result still
     /// borrows the inputs; errors come back in upstream's words.
+    ///
+    /// As upstream's `activation.Evaluate`, the cost of the variables it
+    /// evaluated, then its own, are taken from the budget; past it, the
+    /// error is [`OUT_OF_BUDGET`] and [`Activation::out_of_budget`] is set.
     pub fn evaluate<T>(
         &self,
         expr: &CompiledExpression,
         f: impl FnOnce(&dyn Val) -> T,
     ) -> Result<T, String> {
+        let (result, cost) = self.run(expr, f);
+        let mut budget = self.budget.load(Relaxed);
+        for spent in [self.variables_cost.swap(0, Relaxed), cost] {
+            let spent = i64::try_from(spent).unwrap_or(i64::MAX);
+            if spent > budget {
+                self.out_of_budget.store(true, Relaxed);
+                return Err(OUT_OF_BUDGET.to_string());
+            }
+            budget -= spent;
+        }
+        self.budget.store(budget, Relaxed);
+        result
+    }
+
+    /// Evaluates `expr` within the per-call cost limit; returns its cost too.
+    fn run<T>(
+        &self,
+        expr: &CompiledExpression,
+        f: impl FnOnce(&dyn Val) -> T,
+    ) -> (Result<T, String>, u64) {
         let mut ctx = self.env.context();
         ctx.set_variable_resolver(self);
-        match expr.evaluate(&ctx) {
+        let (result, cost) = expr.evaluate_with_cost(&ctx);
+        let result = match result {
             Ok(v) => Ok(f(&*v)),
             Err(e) => Err(error_text(&e)),
-        }
+        };
+        (result, cost)
     }
 
     fn variable(&self, index: usize) -> Result<&(dyn Val + 'static), ExecutionError> {
@@ -68,7 +134,13 @@ impl<'a> Activation<'a> {
             let var = &self.variables[index];
             let result = match &var.expression {
                 Err(e) => Err(e.clone()),
-                Ok(expr) => self.evaluate(expr, to_static).and_then(|r| r),
+                Ok(expr) => {
+                    // Upstream reports a variable's cost, failed or not, to
+                    // the expression that evaluated it.
+                    let (result, cost) = self.run(expr, to_static);
+                    self.variables_cost.fetch_add(cost, Relaxed);
+                    result.and_then(|r| r)
+                }
             };
             result.map_err(|cause| {
                 format!(
@@ -86,6 +158,9 @@ impl<'a> Activation<'a> {
 
 /// Copies a value out of the evaluation so that it outlives it.
 fn to_static(v: &dyn Val) -> Result<Box<dyn Val + 'static>, String> {
+    if let Some(decision) = crate::cel::authz::to_static(v) {
+        return Ok(decision);
+    }
     let value = cel::Value::try_from(v).map_err(|e| error_text(&e))?;
     Box::<dyn Val>::try_from(value).map_err(|e| error_text(&e))
 }
@@ -95,6 +170,15 @@ impl VariableResolver for Activation<'_> {
         if variable == "variables" {
             return Some(CowVal::Owned(Box::new(VariablesView { activation: self })));
         }
+        if let Some((_, json, cell)) = self
+            .json_inputs
+            .iter()
+            .find(|(name, _, _)| *name == variable)
+        {
+            return Some(CowVal::Borrowed(
+                cell.get_or_init(|| json_to_val(json)).as_ref(),
+            ));
+        }
         self.inputs
             .iter()
             .find(|(name, _)| *name == variable)
@@ -103,11 +187,11 @@ impl VariableResolver for Activation<'_> {
 }
 
 /// The `variables` object: each field evaluates its expression on first use.
-struct VariablesView<'b> {
-    activation: &'b Activation<'b>,
+struct VariablesView<'b, 'a> {
+    activation: &'b Activation<'a>,
 }
 
-impl std::fmt::Debug for VariablesView<'_> {
+impl std::fmt::Debug for VariablesView<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("variables")
     }
@@ -115,7 +199,7 @@ impl std::fmt::Debug for VariablesView<'_> {
 
 static VARIABLES_TYPE: Type = types::MAP_TYPE;
 
-impl Val for VariablesView<'_> {
+impl Val for VariablesView<'_, '_> {
     fn get_type(&self) -> &Type {
         &VARIABLES_TYPE
     }
@@ -144,7 +228,7 @@ impl Val for VariablesView<'_> {
     }
 }
 
-impl Indexer for VariablesView<'_> {
+impl Indexer for VariablesView<'_, '_> {
     fn get<'c, 'v>(&'c self, idx: &dyn Val) -> Result<CowVal<'c, 'v>, ExecutionError>
     where
         Self: 'v,

@@ -9,8 +9,11 @@ pub mod activation;
 mod params;
 
 use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
-use crate::cel::convert::{json_to_val, val_to_json};
-use crate::cel::object_types::{check_type_names, JSON_PATCH_TYPE, OBJECT_TYPE};
+use crate::authorizer::{Authorizer, CachingAuthorizer};
+use crate::cel::authz;
+use crate::cel::convert::val_to_json;
+use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
+use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration;
@@ -31,6 +34,10 @@ pub struct CompiledPolicy {
     match_conditions: Vec<(String, Result<CompiledExpression, String>)>,
     variables: Vec<CompiledVariable>,
     mutations: Vec<(PatchType, Result<CompiledExpression, String>)>,
+    /// Whether any expression reads `request`.
+    reads_request: bool,
+    /// Whether any expression reads `namespaceObject`.
+    reads_namespace_object: bool,
 }
 
 /// A compile problem of one expression.
@@ -46,6 +53,15 @@ pub struct PolicyCompileError {
 }
 
 impl CompiledPolicy {
+    /// Whether any compiled expression of the policy reads `name`.
+    fn reads(&self, name: &str) -> bool {
+        let reads =
+            |e: &Result<CompiledExpression, String>| e.as_ref().is_ok_and(|e| e.reads(name));
+        self.match_conditions.iter().any(|(_, e)| reads(e))
+            || self.variables.iter().any(|v| reads(&v.expression))
+            || self.mutations.iter().any(|(_, e)| reads(e))
+    }
+
     /// Compiles every expression of `policy`; problems are returned and also
     /// kept, so that an invocation of the policy fails as upstream's does.
     pub fn compile(
@@ -106,11 +122,18 @@ impl CompiledPolicy {
             })
             .collect();
         (
-            CompiledPolicy {
-                policy,
-                match_conditions,
-                variables,
-                mutations,
+            {
+                let mut compiled = CompiledPolicy {
+                    policy,
+                    match_conditions,
+                    variables,
+                    mutations,
+                    reads_request: false,
+                    reads_namespace_object: false,
+                };
+                compiled.reads_request = compiled.reads("request");
+                compiled.reads_namespace_object = compiled.reads("namespaceObject");
+                compiled
             },
             errors,
         )
@@ -153,6 +176,54 @@ pub struct AdmissionContext<'a> {
     pub schemas: &'a SchemaStore,
     /// Resource names and scopes.
     pub resources: &'a ResourceTable,
+    /// Decides the checks of the CEL `authorizer` variable.
+    pub authorizer: &'a dyn Authorizer,
+}
+
+/// Told about each step of an admission, for metrics and logs
+/// ([`PolicySet::admit_with`]). Every method does nothing by default.
+pub trait AdmissionObserver {
+    /// One mutation of an invocation ran (upstream observes each with
+    /// `celmetrics`): `error` is its error message, if any (compile errors
+    /// included).
+    fn mutation(
+        &self,
+        _policy: &str,
+        _binding: &str,
+        _elapsed: std::time::Duration,
+        _error: Option<&str>,
+    ) {
+    }
+
+    /// A policy error of a pass, subject to `failure_policy`.
+    fn policy_error(
+        &self,
+        _policy: &str,
+        _binding: &str,
+        _failure_policy: FailurePolicy,
+        _message: &str,
+    ) {
+    }
+
+    /// The reinvocation pass is about to run.
+    fn reinvocation(&self) {}
+}
+
+/// Observes nothing.
+struct NoObserver;
+
+impl AdmissionObserver for NoObserver {}
+
+/// A binding whose policy's matchConstraints and own matchResources match a
+/// request (or could not be decided): see [`PolicySet::matching_bindings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchedBinding<'a> {
+    /// The policy name.
+    pub policy: &'a str,
+    /// The binding name.
+    pub binding: &'a str,
+    /// The policy's failure policy.
+    pub failure_policy: FailurePolicy,
 }
 
 struct PolicyError {
@@ -205,45 +276,86 @@ impl PolicySet {
         self.policies.len()
     }
 
+    /// The bindings that act on `request`, in dispatch order, by matching
+    /// alone (no CEL, no params): when none does, [`PolicySet::admit`]
+    /// returns the object unchanged, so a caller may skip it. A binding whose
+    /// matching fails (e.g. an unknown namespace) is included, since its
+    /// failure policy decides.
+    pub fn matching_bindings(
+        &self,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+    ) -> Vec<MatchedBinding<'_>> {
+        if request.object.is_none() || request.operation == "DELETE" || is_policy_object(request) {
+            return Vec::new();
+        }
+        self.bindings
+            .iter()
+            .filter(|(binding, pi)| {
+                let policy = &self.policies[*pi].policy;
+                let matched = |mr: &crate::api::MatchResources| {
+                    !matches!(
+                        matching::matches(mr, request, ctx.cluster, ctx.resources),
+                        Ok(None)
+                    )
+                };
+                matched(&policy.match_constraints)
+                    && binding.match_resources.as_ref().is_none_or(matched)
+            })
+            .map(|(binding, pi)| MatchedBinding {
+                policy: &self.policies[*pi].policy.name,
+                binding: &binding.name,
+                failure_policy: self.policies[*pi].policy.failure_policy,
+            })
+            .collect()
+    }
+
     /// Runs the admission of `request` (its object is the incoming object).
     pub fn admit(&self, request: &AdmissionRequest, ctx: &AdmissionContext<'_>) -> Outcome {
-        let Some(original) = request.object.clone() else {
+        self.admit_with(request, ctx, &NoObserver)
+    }
+
+    /// [`PolicySet::admit`], telling `observer` about each mutation, each
+    /// policy error and the reinvocation pass.
+    pub fn admit_with(
+        &self,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+        observer: &dyn AdmissionObserver,
+    ) -> Outcome {
+        let Some(original) = &request.object else {
             return Outcome::Admitted {
                 object: Json::Null,
                 warnings: Vec::new(),
             };
         };
-        if request.operation == "DELETE" {
+        if request.operation == "DELETE" || is_policy_object(request) {
             return Outcome::Admitted {
-                object: original,
+                object: original.clone(),
                 warnings: Vec::new(),
             };
         }
-        if is_policy_object(request) {
-            return Outcome::Admitted {
-                object: original,
-                warnings: Vec::new(),
-            };
-        }
-        let mut object = original;
-        let mut reinvoke: Option<BTreeSet<String>> = None;
-        let mut invoked_if_needed: BTreeSet<String> = BTreeSet::new();
+        let mut state = AdmissionState {
+            attrs: request.clone(),
+            request_json: None,
+            reinvoke: None,
+            invoked_if_needed: BTreeSet::new(),
+            changed: false,
+            errors: Vec::new(),
+            observer,
+        };
         for _pass in 0..2 {
-            let mut changed_in_pass = false;
-            let mut errors: Vec<PolicyError> = Vec::new();
+            // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
+            let caching = CachingAuthorizer::new(ctx.authorizer);
+            let ctx = &AdmissionContext {
+                authorizer: &caching,
+                ..*ctx
+            };
+            state.changed = false;
             for (binding, pi) in &self.bindings {
-                let compiled = &self.policies[*pi];
-                if let Err(status) = self.dispatch_binding(
-                    compiled,
-                    binding,
-                    request,
-                    ctx,
-                    &mut object,
-                    reinvoke.as_ref(),
-                    &mut invoked_if_needed,
-                    &mut changed_in_pass,
-                    &mut errors,
-                ) {
+                if let Err(status) =
+                    self.dispatch_binding(&self.policies[*pi], binding, ctx, &mut state)
+                {
                     // Status errors end the admission whatever the failure policy.
                     return Outcome::Denied {
                         message: status.message,
@@ -251,7 +363,11 @@ impl PolicySet {
                     };
                 }
             }
-            if let Some(e) = errors
+            for e in &state.errors {
+                observer.policy_error(&e.policy, &e.binding, e.failure_policy, &e.message);
+            }
+            if let Some(e) = state
+                .errors
                 .iter()
                 .find(|e| e.failure_policy == FailurePolicy::Fail)
             {
@@ -263,33 +379,29 @@ impl PolicySet {
                     code: 403,
                 };
             }
-            if reinvoke.is_some() || !changed_in_pass || invoked_if_needed.is_empty() {
+            state.errors.clear();
+            if state.reinvoke.is_some() || !state.changed || state.invoked_if_needed.is_empty() {
                 break;
             }
-            reinvoke = Some(std::mem::take(&mut invoked_if_needed));
+            observer.reinvocation();
+            state.reinvoke = Some(std::mem::take(&mut state.invoked_if_needed));
         }
         Outcome::Admitted {
-            object,
+            object: state.attrs.object.take().unwrap_or(Json::Null),
             warnings: Vec::new(),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs one binding of one policy: matching, params, and an invocation
+    /// per param (match conditions, then the mutations in order).
     fn dispatch_binding(
         &self,
         compiled: &CompiledPolicy,
         binding: &Binding,
-        request: &AdmissionRequest,
         ctx: &AdmissionContext<'_>,
-        object: &mut Json,
-        reinvoke: Option<&BTreeSet<String>>,
-        invoked_if_needed: &mut BTreeSet<String>,
-        changed: &mut bool,
-        errors: &mut Vec<PolicyError>,
+        state: &mut AdmissionState<'_>,
     ) -> Result<(), StatusError> {
         let policy = &compiled.policy;
-        let mut attrs = request.clone();
-        attrs.object = Some(object.clone());
         let error = |message: String| PolicyError {
             policy: policy.name.clone(),
             binding: binding.name.clone(),
@@ -298,36 +410,50 @@ impl PolicySet {
         };
         let matched = match matching::matches(
             &policy.match_constraints,
-            &attrs,
+            &state.attrs,
             ctx.cluster,
             ctx.resources,
         ) {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
             Err(e) => {
-                errors.push(error(format!("failed to configure policy: {e}")));
+                state
+                    .errors
+                    .push(error(format!("failed to configure policy: {e}")));
                 return Ok(());
             }
         };
         if let Some(mr) = &binding.match_resources {
-            match matching::matches(mr, &attrs, ctx.cluster, ctx.resources) {
+            match matching::matches(mr, &state.attrs, ctx.cluster, ctx.resources) {
                 Ok(Some(_)) => {}
                 Ok(None) => return Ok(()),
                 Err(e) => {
-                    errors.push(error(format!("failed to configure binding: {e}")));
+                    state
+                        .errors
+                        .push(error(format!("failed to configure binding: {e}")));
                     return Ok(());
                 }
             }
         }
-        let params = match params::collect(policy, binding, request, ctx) {
+        let params = match params::collect(policy, binding, &state.attrs, ctx) {
             Ok(p) => p,
             Err(e) => {
-                errors.push(error(e));
+                state.errors.push(error(e));
                 return Ok(());
             }
         };
+        if params.is_empty() {
+            return Ok(());
+        }
+        let schema =
+            ctx.schemas
+                .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
+
         // The object in the matched version (CRD versions differ only by apiVersion).
-        let original_api_version = object.get("apiVersion").cloned();
+        let Some(mut versioned) = state.attrs.object.take() else {
+            return Ok(());
+        };
+        let original_api_version = versioned.get("apiVersion").cloned();
         let matched_api_version = if matched.gvk.group.is_empty() {
             matched.gvk.version.clone()
         } else {
@@ -335,62 +461,83 @@ impl PolicySet {
         };
         let converted = original_api_version.as_ref().and_then(Json::as_str)
             != Some(matched_api_version.as_str());
-        let mut versioned = object.clone();
         if converted {
             versioned["apiVersion"] = Json::String(matched_api_version);
         }
-        let mut request_view = request.clone();
-        request_view.kind = matched.gvk.clone();
-        request_view.resource = matched.gvr.clone();
-        let request_json = request_json(&request_view);
+        // `request` and `namespaceObject` are built only for policies that read them.
+        let request_json = if !compiled.reads_request {
+            std::borrow::Cow::Owned(Json::Null)
+        } else if request_matches(&state.attrs, &matched) {
+            std::borrow::Cow::Borrowed(
+                &*state
+                    .request_json
+                    .get_or_insert_with(|| state.attrs.cel_request_json()),
+            )
+        } else {
+            let mut r = state
+                .request_json
+                .get_or_insert_with(|| state.attrs.cel_request_json())
+                .clone();
+            r["kind"] = serde_json::to_value(&matched.gvk).unwrap_or(Json::Null);
+            r["resource"] = serde_json::to_value(&matched.gvr).unwrap_or(Json::Null);
+            std::borrow::Cow::Owned(r)
+        };
         let is_namespace_request =
-            request.resource.group.is_empty() && request.resource.resource == "namespaces";
-        let namespace_object = if is_namespace_request || request.namespace.is_empty() {
+            state.attrs.resource.group.is_empty() && state.attrs.resource.resource == "namespaces";
+        let namespace_object = if !compiled.reads_namespace_object
+            || is_namespace_request
+            || state.attrs.namespace.is_empty()
+        {
             Json::Null
         } else {
-            matching::namespace_object(ctx.cluster, &request.namespace).unwrap_or(Json::Null)
+            matching::namespace_object(ctx.cluster, &state.attrs.namespace).unwrap_or(Json::Null)
         };
-        let schema =
-            ctx.schemas
-                .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
+        let null = Json::Null;
+        let old_object = state.attrs.old_object.as_ref().unwrap_or(&null);
 
-        for param in params {
+        let mut outcome = Ok(());
+        for param in &params {
             let key = format!(
                 "{}\u{0}{}\u{0}{}",
                 policy.name,
                 binding.name,
                 param.as_ref().map(param_key).unwrap_or_default()
             );
-            if let Some(set) = reinvoke {
+            if let Some(set) = &state.reinvoke {
                 if !set.contains(&key) {
                     continue;
                 }
             }
-            let old_object = request.old_object.clone().unwrap_or(Json::Null);
-            let null = Json::Null;
-            let before = versioned.clone();
-            let mut invocation_errors = Vec::new();
-            let mut matched_conditions = true;
-            {
-                let inputs_object = versioned.clone();
-                let inputs: Vec<(&'static str, Box<dyn Val + '_>)> = vec![
-                    ("object", json_to_val(&inputs_object)),
-                    ("oldObject", json_to_val(&old_object)),
-                    ("request", json_to_val(&request_json)),
-                    ("params", json_to_val(param.as_ref().unwrap_or(&null))),
-                    ("namespaceObject", json_to_val(&namespace_object)),
-                ];
-                let act = Activation::new(&self.env, inputs, &compiled.variables);
-                // Upstream matchconditions.Matcher: any false skips the policy;
-                // an error counts only when no condition is false.
+
+            // Upstream matchconditions.Matcher: any false skips the policy;
+            // an error counts only when no condition is false.
+            if !compiled.match_conditions.is_empty() {
+                let act = Activation::new(
+                    &self.env,
+                    json_inputs(
+                        &versioned,
+                        old_object,
+                        request_json.as_ref(),
+                        param.as_ref().unwrap_or(&null),
+                        &namespace_object,
+                    ),
+                    authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
+                    &compiled.variables,
+                )
+                .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
                 let mut first_error: Option<String> = None;
+                let mut skip = false;
                 for (name, cond) in &compiled.match_conditions {
                     let result = match cond {
                         Err(e) => Err(e.clone()),
                         Ok(expr) => act
                             .evaluate(expr, |v| v.downcast_ref::<CelBool>().map(|b| *b.inner()))
                             .map_err(|e| {
-                                format!("expression '{}' resulted in error: {e}", expr.source())
+                                if act.out_of_budget() {
+                                    e
+                                } else {
+                                    format!("expression '{}' resulted in error: {e}", expr.source())
+                                }
                             })
                             .and_then(|b| {
                                 b.ok_or_else(|| {
@@ -400,9 +547,12 @@ impl PolicySet {
                     };
                     match result {
                         Ok(true) => {}
-                        Ok(false) => {
-                            matched_conditions = false;
-                            first_error = None;
+                        // Upstream evaluates every condition: one running
+                        // out of the budget fails the match, false or not.
+                        Ok(false) => skip = true,
+                        Err(e) if act.out_of_budget() => {
+                            first_error = Some(e);
+                            skip = false;
                             break;
                         }
                         Err(e) => {
@@ -410,103 +560,108 @@ impl PolicySet {
                         }
                     }
                 }
+                if skip {
+                    first_error = None;
+                }
                 if let Some(e) = first_error {
-                    matched_conditions = false;
                     if policy.failure_policy == FailurePolicy::Fail {
-                        invocation_errors.push(e);
+                        state.errors.push(error(e));
                     }
+                    skip = true;
+                }
+                if skip {
+                    continue;
                 }
             }
-            if !matched_conditions {
-                for m in invocation_errors {
-                    errors.push(error(m));
-                }
-                continue;
-            }
-            // Mutations run in order, each on the previous one's result; the
-            // variables' memo is per invocation but `object` changes, so each
-            // mutation gets a fresh activation sharing nothing stale.
+
+            let mut invocation_changed = false;
+            // Mutations run in order, each on the previous one's result, with
+            // variables evaluated afresh against that result (as upstream's
+            // per-mutation `ForInput`).
+            let observer = state.observer;
             for (patch_type, expr) in &compiled.mutations {
+                let started = std::time::Instant::now();
+                let observe = |e: Option<&str>| {
+                    observer.mutation(&policy.name, &binding.name, started.elapsed(), e)
+                };
                 let expr = match expr {
                     Ok(e) => e,
                     Err(e) => {
-                        errors.push(error(e.clone()));
+                        observe(Some(e));
+                        state.errors.push(error(e.clone()));
                         continue;
                     }
                 };
                 let result = {
-                    let inputs: Vec<(&'static str, Box<dyn Val + '_>)> = vec![
-                        ("object", json_to_val(&versioned)),
-                        ("oldObject", json_to_val(&old_object)),
-                        ("request", json_to_val(&request_json)),
-                        ("params", json_to_val(param.as_ref().unwrap_or(&null))),
-                        ("namespaceObject", json_to_val(&namespace_object)),
-                    ];
-                    let act = Activation::new(&self.env, inputs, &compiled.variables);
+                    let act = Activation::new(
+                        &self.env,
+                        json_inputs(
+                            &versioned,
+                            old_object,
+                            request_json.as_ref(),
+                            param.as_ref().unwrap_or(&null),
+                            &namespace_object,
+                        ),
+                        authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
+                        &compiled.variables,
+                    );
                     act.evaluate(expr, |v| match patch_type {
                         PatchType::ApplyConfiguration => apply_configuration_value(v),
                         PatchType::JsonPatch => json_patch_value(v),
                     })
-                    .map_err(|e| format!("expression '{}' resulted in error: {}", expr.source(), e))
+                    .map_err(|e| {
+                        if act.out_of_budget() {
+                            e
+                        } else {
+                            format!("expression '{}' resulted in error: {}", expr.source(), e)
+                        }
+                    })
                     .and_then(|r| r)
                 };
                 let Some(schema) = schema.as_ref() else {
                     // Upstream: no type converter for the kind (dispatchOne).
-                    return Err(StatusError {
+                    let status = StatusError {
                         code: 503,
                         message: format!(
                             "Resource kind {} not found. There can be a delay between when CustomResourceDefinitions are created and when they are available.",
                             gvk_string(&matched.gvk)
                         ),
-                    });
+                    };
+                    observe(Some(&status.message));
+                    outcome = Err(status);
+                    break;
                 };
-                let outcome = result.map_err(StepError::Policy).and_then(|m| match m {
-                    MutationValue::Apply(mut patch) => {
-                        if let Some(obj) = patch.as_object_mut() {
-                            obj.insert("apiVersion".into(), versioned.get("apiVersion").cloned().unwrap_or(Json::Null));
-                            obj.insert("kind".into(), versioned.get("kind").cloned().unwrap_or(Json::Null));
+                match result
+                    .map_err(StepError::Policy)
+                    .and_then(|m| apply_mutation(&versioned, m, schema))
+                {
+                    Ok(Some(v)) => {
+                        observe(None);
+                        if v != versioned {
+                            invocation_changed = true;
+                            versioned = v;
                         }
-                        apply_configuration(&versioned, &patch, schema)
-                            .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))
                     }
-                    MutationValue::Patch(ops) => match apply_patch(&versioned, &ops) {
-                        Ok(v) => {
-                            let unknown = crate::schema::unknown_fields(&v, schema);
-                            if !unknown.is_empty() {
-                                let fields: Vec<String> = unknown
-                                    .iter()
-                                    .map(|f| format!("unknown field {f:?}"))
-                                    .collect();
-                                Err(StepError::Status(StatusError {
-                                    code: 500,
-                                    message: format!(
-                                        "Internal error occurred: strict decoding error: {}",
-                                        fields.join(", ")
-                                    ),
-                                }))
-                            } else {
-                                Ok(v)
-                            }
-                        }
-                        Err(JsonPatchError::TestFailed { .. }) => Ok(versioned.clone()),
-                        Err(JsonPatchError::Panic { .. }) => Err(StepError::Status(StatusError {
-                            code: 500,
-                            message: "This request caused apiserver to panic. Look in the logs for details.".into(),
-                        })),
-                        Err(e) => Err(StepError::Policy(format!("JSON Patch: {e}"))),
-                    },
-                });
-                match outcome {
-                    Ok(v) => versioned = v,
-                    Err(StepError::Policy(e)) => errors.push(error(e)),
-                    Err(StepError::Status(st)) => return Err(st),
+                    Ok(None) => observe(None),
+                    Err(StepError::Policy(e)) => {
+                        observe(Some(&e));
+                        state.errors.push(error(e))
+                    }
+                    Err(StepError::Status(st)) => {
+                        observe(Some(&st.message));
+                        outcome = Err(st);
+                        break;
+                    }
                 }
             }
-            if versioned != before {
-                *changed = true;
+            if outcome.is_err() {
+                break;
+            }
+            if invocation_changed {
+                state.changed = true;
             }
             if policy.reinvocation_policy == ReinvocationPolicy::IfNeeded {
-                invoked_if_needed.insert(key);
+                state.invoked_if_needed.insert(key);
             }
         }
         // Back to the request's version.
@@ -515,8 +670,89 @@ impl PolicySet {
                 versioned["apiVersion"] = v;
             }
         }
-        *object = versioned;
-        Ok(())
+        state.attrs.object = Some(versioned);
+        outcome
+    }
+}
+
+/// What one admission carries from binding to binding.
+struct AdmissionState<'o> {
+    /// The request, its object the current (mutated) object.
+    attrs: AdmissionRequest,
+    /// The `request` variable as JSON, built once.
+    request_json: Option<Json>,
+    /// The invocations to run again in the reinvocation pass.
+    reinvoke: Option<BTreeSet<String>>,
+    /// IfNeeded invocations run so far.
+    invoked_if_needed: BTreeSet<String>,
+    /// Whether the object changed in this pass.
+    changed: bool,
+    /// Errors of this pass.
+    errors: Vec<PolicyError>,
+    /// Told about mutations (metrics).
+    observer: &'o dyn AdmissionObserver,
+}
+
+/// The JSON inputs of an activation.
+fn json_inputs<'x>(
+    object: &'x Json,
+    old_object: &'x Json,
+    request: &'x Json,
+    params: &'x Json,
+    namespace_object: &'x Json,
+) -> Vec<(&'static str, &'x Json)> {
+    vec![
+        ("object", object),
+        ("oldObject", old_object),
+        ("request", request),
+        ("params", params),
+        ("namespaceObject", namespace_object),
+    ]
+}
+
+/// Whether the request already names the matched kind and resource.
+fn request_matches(request: &AdmissionRequest, matched: &matching::MatchedAs) -> bool {
+    request.kind == matched.gvk && request.resource == matched.gvr
+}
+
+/// Applies one mutation's value to `object`: `Some(new)` when it produced an
+/// object, `None` for a no-op (a failed JSON patch `test`).
+fn apply_mutation(
+    object: &Json,
+    value: MutationValue,
+    schema: &crate::schema::TypeRef,
+) -> Result<Option<Json>, StepError> {
+    match value {
+        MutationValue::Apply(patch) => apply_configuration(object, &patch, schema)
+            .map(Some)
+            .map_err(|e| StepError::Policy(format!("error applying patch: {e}"))),
+        MutationValue::Patch(ops) => match apply_patch(object, &ops) {
+            Ok(v) => {
+                let unknown = crate::schema::unknown_fields(&v, schema);
+                if unknown.is_empty() {
+                    Ok(Some(v))
+                } else {
+                    let fields: Vec<String> = unknown
+                        .iter()
+                        .map(|f| format!("unknown field {f:?}"))
+                        .collect();
+                    Err(StepError::Status(StatusError {
+                        code: 500,
+                        message: format!(
+                            "Internal error occurred: strict decoding error: {}",
+                            fields.join(", ")
+                        ),
+                    }))
+                }
+            }
+            Err(JsonPatchError::TestFailed { .. }) => Ok(None),
+            Err(JsonPatchError::Panic { .. }) => Err(StepError::Status(StatusError {
+                code: 500,
+                message: "This request caused apiserver to panic. Look in the logs for details."
+                    .into(),
+            })),
+            Err(e) => Err(StepError::Policy(format!("JSON Patch: {e}"))),
+        },
     }
 }
 
@@ -564,14 +800,6 @@ fn param_key(param: &Json) -> String {
     )
 }
 
-/// The `request` variable: the AdmissionRequest without the objects.
-fn request_json(request: &AdmissionRequest) -> Json {
-    let mut r = request.clone();
-    r.object = None;
-    r.old_object = None;
-    serde_json::to_value(r).unwrap_or(Json::Null)
-}
-
 enum MutationValue {
     Apply(Json),
     Patch(Vec<PatchOperation>),
@@ -587,13 +815,7 @@ fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
             v.get_type().name()
         ));
     };
-    let mismatches = check_type_names(st);
-    if !mismatches.is_empty() {
-        return Err(format!("type mismatch: {}", mismatches.join("\n")));
-    }
-    val_to_json(v)
-        .map(MutationValue::Apply)
-        .map_err(|e| e.to_string())
+    object_to_json(st).map(MutationValue::Apply)
 }
 
 fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {

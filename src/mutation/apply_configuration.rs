@@ -185,6 +185,11 @@ impl Merger<'_> {
         if depth > MAX_DEPTH {
             return (None, vec![too_deep()]);
         }
+        if rhs.is_none() {
+            // A subtree the patch does not touch is kept as it is: the live
+            // object was validated as a whole before the merge.
+            return (lhs.cloned(), Vec::new());
+        }
         let Some(atom) = self.schema.resolve(spec) else {
             return (
                 None,

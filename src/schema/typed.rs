@@ -313,21 +313,24 @@ impl Validator<'_> {
             };
             let mut errs = Vec::new();
             for (key, val) in m {
-                let prefix = format!(".{key}");
                 let ty = match map.def.field(key) {
                     Some(f) => &f.ty,
                     None => match &map.def.element {
                         Some(e) => e,
                         None => {
                             errs.push(ValidationError {
-                                path: prefix,
+                                path: format!(".{key}"),
                                 message: "field not declared in schema".into(),
                             });
                             return errs;
                         }
                     },
                 };
-                errs.extend(with_prefix(self.validate(ty, val, depth + 1), &prefix));
+                // Paths are only rendered for errors: this walk is on the hot path.
+                let child = self.validate(ty, val, depth + 1);
+                if !child.is_empty() {
+                    errs.extend(with_prefix(child, &format!(".{key}")));
+                }
             }
             return errs;
         }
@@ -359,13 +362,14 @@ impl Validator<'_> {
                         }
                     }
                 };
-                if !seen.insert(pe.identity()) && !self.allow_duplicates {
+                let indexed = matches!(pe, PathElement::Index(_));
+                if !indexed && !seen.insert(pe.identity()) && !self.allow_duplicates {
                     errs.push(error(format!("duplicate entries for key {}", pe.render())));
                 }
-                errs.extend(with_prefix(
-                    self.validate(&list.def.element, child, depth + 1),
-                    &pe.render(),
-                ));
+                let errors = self.validate(&list.def.element, child, depth + 1);
+                if !errors.is_empty() {
+                    errs.extend(with_prefix(errors, &pe.render()));
+                }
             }
             return errs;
         }

@@ -1,0 +1,1377 @@
+//! Runtime cost of expressions, after cel-go's cost tracker
+//! (`interpreter/runtimecost.go`) and Kubernetes' cost estimator
+//! (`k8s.io/apiserver/pkg/cel/library/cost.go`), with the limits of
+//! `k8s.io/apiserver/pkg/apis/cel/config.go`.
+//!
+//! The `cel` crate meters nothing, so [`instrument`] rewrites the compiled
+//! tree: the cost of the part of an expression that always runs is summed at
+//! compile time and charged once per evaluation ([`Meter::start`] and the
+//! root cost of `CompiledExpression`), while each part that may or may not
+//! run (the right operand of `&&` and `||`, a branch of `?:`, the condition
+//! and step of a comprehension, charged on every iteration) is wrapped in a
+//! call to an internal function that charges that part's cost when it runs.
+//! Costs that depend on the values (string `+`, comparisons of strings,
+//! `in`, `contains`, `matches`, the Kubernetes library functions) are charged
+//! by internal functions wrapped around the operands, which see the values
+//! before the operation runs, so that a result too large for the budget is
+//! refused before it is allocated. The wrappers hand their operand back
+//! unchanged; the loop-step shapes the interpreter recognises
+//! (`@result && x`, `@result || x`, `@result + [x]`, `c ? @result + [x] :
+//! @result`) are kept by wrapping `x` and `c`, never the step.
+//!
+//! Once an evaluation is over its limit every later charge fails, so loops
+//! stop at their next condition or step and an error absorbed by `||` or
+//! `&&` cannot hide it: the evaluation fails with [`COST_LIMIT_EXCEEDED`].
+//!
+//! Beyond cel-go's model, a per-evaluation allocation guard counts the values
+//! the interpreter copies (each comprehension's range, each element appended
+//! by `map`/`filter`, list literals built in a loop, list `+`, the maps of
+//! `transformMap`): cel-go shares values where the crate copies them, and
+//! without it a cheap expression could copy a large object many times over.
+//!
+//! Known differences from cel-go's numbers, all of a unit or two: `==` and
+//! `!=` against a short literal cost 1 even when the other side is empty
+//! (cel-go: 0); `in` on a constant list costs its size (cel-go's planner may
+//! turn it into a set lookup); a selection on an expression that is no
+//! attribute costs one more, as a relative attribute; the format library's
+//! `validate` and `sortBy`'s key list cost 1; the root's static cost is
+//! charged before evaluation rather than as it goes.
+
+use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
+use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, CelStruct};
+use cel::common::value::{CowVal, Val};
+use cel::{DeclarationError, Env, ExecutionError};
+use std::cell::{Cell, RefCell};
+
+/// `PerCallLimit`: the cost one evaluation of one expression may reach.
+pub const PER_CALL_LIMIT: u64 = 1_000_000;
+/// `RuntimeCELCostBudget`: the budget of one mutation's evaluation, its
+/// variables included.
+pub const RUNTIME_CEL_COST_BUDGET: i64 = 10_000_000;
+/// `RuntimeCELCostBudgetMatchConditions`: the budget of one invocation's
+/// match conditions, their variables included.
+pub const RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS: i64 = 2_500_000;
+/// cel-go's error when an evaluation goes over its limit.
+pub const COST_LIMIT_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded";
+/// Upstream's error when the expressions of a budget go over it together.
+pub const OUT_OF_BUDGET: &str =
+    "validation failed due to running out of cost budget, no further validation rules will be run";
+/// The values one evaluation may copy (kmutate's guard, see the module doc).
+pub const ALLOCATION_LIMIT: u64 = 4_000_000;
+
+const SELECT_AND_IDENT: u64 = 1;
+const LIST_CREATE: u64 = 10;
+const MAP_CREATE: u64 = 30;
+const STRUCT_CREATE: u64 = 40;
+const AUTHZ_CHECK: u64 = 350_000;
+const STRING_TRAVERSAL: f64 = 0.1;
+const REGEX_STRING_LENGTH: f64 = 0.25;
+
+/// `(n, x)`: charges `n`, returns `x`.
+const CHARGE_FN: &str = "@kcost";
+/// `(n, x)`: charges `n` and the values of `x` to the allocation guard.
+const ALLOC_FN: &str = "@kcost_alloc";
+/// `(n, x)`: charges `n` and the size of `x` (a copied accumulator).
+const GROWTH_FN: &str = "@kcost_growth";
+/// `(code, x)`: remembers the size of `x` for the call `code` names.
+const SIZE_FN: &str = "@kcost_size";
+/// `(code, x)`: charges the call `code` names, from `x` and the remembered size.
+const DYN_FN: &str = "@kcost_call";
+
+/// The variables of the activation: a call on anything else that spells a
+/// qualified name (`sets.contains(...)`) names a function, not a method.
+const INPUT_VARIABLES: [&str; 7] = [
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+    "authorizer",
+];
+
+thread_local! {
+    static COST: Cell<u64> = const { Cell::new(0) };
+    static LIMIT: Cell<u64> = const { Cell::new(u64::MAX) };
+    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
+    static SIZES: RefCell<Vec<(u32, Size)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The meter of one evaluation, on this thread, while it lives; dropping it
+/// restores the enclosing evaluation's meter (variables are evaluated inside
+/// the expression that uses them, each with its own limit).
+#[derive(Debug)]
+pub struct Meter {
+    saved: (u64, u64, u64),
+    sizes: usize,
+}
+
+impl Meter {
+    /// Starts metering an evaluation that may cost up to `limit`.
+    pub fn start(limit: u64) -> Meter {
+        let saved = (
+            COST.with(|c| c.replace(0)),
+            LIMIT.with(|l| l.replace(limit)),
+            ALLOCATED.with(|a| a.replace(0)),
+        );
+        let sizes = SIZES.with(|s| s.borrow().len());
+        Meter { saved, sizes }
+    }
+
+    /// The cost so far.
+    pub fn cost(&self) -> u64 {
+        COST.with(Cell::get)
+    }
+
+    /// Whether the evaluation went over its limit.
+    pub fn exceeded(&self) -> bool {
+        COST.with(Cell::get) > LIMIT.with(Cell::get)
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        COST.with(|c| c.set(self.saved.0));
+        LIMIT.with(|l| l.set(self.saved.1));
+        ALLOCATED.with(|a| a.set(self.saved.2));
+        SIZES.with(|s| s.borrow_mut().truncate(self.sizes));
+    }
+}
+
+/// The error of an evaluation over its limit.
+pub fn limit_exceeded() -> ExecutionError {
+    ExecutionError::function_error("cost", COST_LIMIT_EXCEEDED)
+}
+
+/// Whether `e` is the error of an evaluation over its limit.
+pub fn is_limit_exceeded(e: &ExecutionError) -> bool {
+    matches!(e, ExecutionError::FunctionError { message, .. } if message == COST_LIMIT_EXCEEDED)
+}
+
+/// Adds `n` to the running evaluation's cost.
+pub fn charge(n: u64) -> Result<(), ExecutionError> {
+    let cost = COST.with(|c| {
+        let v = c.get().saturating_add(n);
+        c.set(v);
+        v
+    });
+    if cost > LIMIT.with(Cell::get) {
+        Err(limit_exceeded())
+    } else {
+        Ok(())
+    }
+}
+
+/// Counts `n` copied values; over [`ALLOCATION_LIMIT`] the evaluation is
+/// over its limit.
+fn allocate(n: u64) -> Result<(), ExecutionError> {
+    let total = ALLOCATED.with(|a| {
+        let v = a.get().saturating_add(n);
+        a.set(v);
+        v
+    });
+    if total > ALLOCATION_LIMIT {
+        COST.with(|c| c.set(u64::MAX));
+        Err(limit_exceeded())
+    } else {
+        Ok(())
+    }
+}
+
+fn allocation_left() -> u64 {
+    ALLOCATION_LIMIT.saturating_sub(ALLOCATED.with(Cell::get))
+}
+
+/// Registers the internal functions the instrumented tree calls.
+pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
+    let int_dyn = || vec![types::INT_TYPE, types::DYN_TYPE];
+    env.add_overload(CHARGE_FN, "kcost", int_dyn(), charge_fn)?;
+    env.add_overload(ALLOC_FN, "kcost_alloc", int_dyn(), alloc_fn)?;
+    env.add_overload(GROWTH_FN, "kcost_growth", int_dyn(), growth_fn)?;
+    env.add_overload(SIZE_FN, "kcost_size", int_dyn(), size_fn)?;
+    env.add_overload(DYN_FN, "kcost_call", int_dyn(), dyn_fn)?;
+    Ok(())
+}
+
+fn int_arg(v: &CowVal<'_, '_>) -> u64 {
+    v.downcast_ref::<CelInt>()
+        .map(|i| (*i.inner()).max(0) as u64)
+        .unwrap_or(0)
+}
+
+fn charge_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    charge(int_arg(&args[0]))?;
+    Ok(x)
+}
+
+fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    charge(int_arg(&args[0]))?;
+    allocate(deep_size(x.as_ref(), allocation_left().saturating_add(1)))?;
+    Ok(x)
+}
+
+fn growth_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    charge(int_arg(&args[0]))?;
+    allocate(actual_size(x.as_ref()))?;
+    Ok(x)
+}
+
+fn size_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    let (kind, slot) = decode(int_arg(&args[0]));
+    let size = Size::of(x.as_ref(), kind == Kind::Add);
+    SIZES.with(|s| s.borrow_mut().push((slot, size)));
+    Ok(x)
+}
+
+fn dyn_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    let (kind, slot) = decode(int_arg(&args[0]));
+    let other = if kind.remembers() {
+        SIZES.with(|s| {
+            let mut s = s.borrow_mut();
+            // Entries above ours were left by operands whose evaluation
+            // failed and was absorbed: drop them with ours.
+            let at = s.iter().rposition(|(id, _)| *id == slot)?;
+            let size = s[at].1;
+            s.truncate(at);
+            Some(size)
+        })
+    } else {
+        None
+    };
+    let cost = call_cost(kind, x.as_ref(), other)?;
+    charge(cost)?;
+    Ok(x)
+}
+
+/// What an operand's value contributes to a call's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Size {
+    tag: Tag,
+    /// cel-go's `actualSize`: the size of a string (code points), bytes,
+    /// list or map, 1 otherwise.
+    size: u64,
+    /// For a list operand of `+`: the values it holds, for the allocation guard.
+    values: u64,
+    /// The value of an int operand (the depth of `flatten`).
+    int: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tag {
+    String,
+    Bytes,
+    List,
+    Other,
+}
+
+impl Size {
+    fn of(v: &dyn Val, values: bool) -> Size {
+        let tag = if v.downcast_ref::<CelString>().is_some() {
+            Tag::String
+        } else if v.downcast_ref::<CelBytes>().is_some() {
+            Tag::Bytes
+        } else if v.downcast_ref::<CelList>().is_some() {
+            Tag::List
+        } else {
+            Tag::Other
+        };
+        let values = if values && tag == Tag::List {
+            deep_size(v, allocation_left().saturating_add(1))
+        } else {
+            0
+        };
+        Size {
+            tag,
+            size: actual_size(v),
+            values,
+            int: v.downcast_ref::<CelInt>().map(|i| *i.inner()),
+        }
+    }
+}
+
+/// cel-go's `actualSize`.
+fn actual_size(v: &dyn Val) -> u64 {
+    v.as_sizer()
+        .map(|s| (*s.size().inner()).max(0) as u64)
+        .unwrap_or(1)
+}
+
+/// `ceil(n * factor)`, in floating point as cel-go computes it.
+fn scaled(n: u64, factor: f64) -> u64 {
+    (n as f64 * factor).ceil() as u64
+}
+
+/// The values `v` holds, counted up to `cap`: 1 for a scalar, 1 + one per
+/// 32 bytes for a string or bytes, 1 + the values of the elements, keys and
+/// fields of a list, map or object.
+fn deep_size(v: &dyn Val, cap: u64) -> u64 {
+    fn walk(v: &dyn Val, total: &mut u64, cap: u64) {
+        if *total > cap {
+            return;
+        }
+        *total += 1;
+        if let Some(s) = v.downcast_ref::<CelString>() {
+            *total += s.inner().len() as u64 / 32;
+        } else if let Some(b) = v.downcast_ref::<CelBytes>() {
+            *total += b.inner().len() as u64 / 32;
+        } else if let Some(l) = v.downcast_ref::<CelList>() {
+            for e in l.inner() {
+                walk(e.as_ref(), total, cap);
+            }
+        } else if let Some(m) = v.downcast_ref::<CelMap>() {
+            for (k, e) in m.inner() {
+                walk(k.inner(), total, cap);
+                walk(e.as_ref(), total, cap);
+            }
+        } else if let Some(st) = v.downcast_ref::<CelStruct>() {
+            for e in st.field_values().values() {
+                walk(e.as_ref(), total, cap);
+            }
+        }
+    }
+    let mut total = 0;
+    walk(v, &mut total, cap);
+    total
+}
+
+/// The k8s library's `traversalCost`: a string's bytes / 10, rounded down,
+/// the sum over a list's elements or a map's keys and values, 1 otherwise.
+fn traversal_cost(v: &dyn Val) -> u64 {
+    if let Some(s) = v.downcast_ref::<CelString>() {
+        (s.inner().len() as f64 * STRING_TRAVERSAL) as u64
+    } else if let Some(b) = v.downcast_ref::<CelBytes>() {
+        (b.inner().len() as f64 * STRING_TRAVERSAL) as u64
+    } else if let Some(l) = v.downcast_ref::<CelList>() {
+        l.inner()
+            .iter()
+            .fold(0u64, |c, e| c.saturating_add(traversal_cost(e.as_ref())))
+    } else if let Some(m) = v.downcast_ref::<CelMap>() {
+        m.inner().iter().fold(0u64, |c, (k, e)| {
+            c.saturating_add(traversal_cost(k.inner()))
+                .saturating_add(traversal_cost(e.as_ref()))
+        })
+    } else {
+        1
+    }
+}
+
+/// The calls whose cost depends on their operands' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    /// `a + b`, on `b`, `a` remembered.
+    Add = 1,
+    /// `a == b`, `a != b`, on `b`, `a` remembered.
+    Equality,
+    /// `a < b` and the like, on `b`, `a` remembered.
+    Ordering,
+    /// `a in b`, on `b`.
+    In,
+    /// `s.contains(t)`, on `s`, `t` remembered.
+    Contains,
+    /// `s.matches(re)`, `s.find(re)`, `s.findAll(re, ...)`, on `s`, `re` remembered.
+    Matches,
+    /// `matches(s, re)`, on `re`, `s` remembered.
+    MatchesGlobal,
+    /// One traversal of the string: `s.lowerAscii()`, `url(s)`, `quantity(s)`...
+    Traversal,
+    /// Two traversals of the string: `s.replace(...)`, `s.split(...)`, `ip.isCanonical(s)`.
+    DoubleTraversal,
+    /// The k8s `traversalCost` of the target: `l.sum()`, `s.indexOf(t)`...
+    Elements,
+    /// `l.join(sep)`, on `l`, `sep` remembered.
+    Join,
+    /// `bytes(s)`, on `s`.
+    ToBytes,
+    /// `string(b)`, on `b`.
+    ToString,
+    /// `cidr.containsIP(x)`, on `x`.
+    ContainsIp,
+    /// `cidr.containsCIDR(x)`, on `x`.
+    ContainsCidr,
+    /// `fieldSelector(s)`, `labelSelector(s)`, on `s`.
+    Selector,
+    /// `sets.contains(a, b)`, `sets.intersects(a, b)`, on `b`, `a` remembered.
+    SetProduct,
+    /// `sets.equivalent(a, b)`, on `b`, `a` remembered.
+    SetEquivalent,
+    /// `lists.range(n)`, on `n`: the list it allocates.
+    Range,
+    /// `l.slice(i, j)`, `l.reverse()`, on the result list.
+    ListResult,
+    /// `l.flatten()`, `l.flatten(depth)`, on `l`, `depth` remembered.
+    Flatten,
+    /// `l.distinct()`, `l.sort()`, on `l`; `l.@sortByAssociatedKeys(keys)` on `keys`.
+    SelfCompare,
+}
+
+impl Kind {
+    const ALL: [Kind; 22] = [
+        Kind::Add,
+        Kind::Equality,
+        Kind::Ordering,
+        Kind::In,
+        Kind::Contains,
+        Kind::Matches,
+        Kind::MatchesGlobal,
+        Kind::Traversal,
+        Kind::DoubleTraversal,
+        Kind::Elements,
+        Kind::Join,
+        Kind::ToBytes,
+        Kind::ToString,
+        Kind::ContainsIp,
+        Kind::ContainsCidr,
+        Kind::Selector,
+        Kind::SetProduct,
+        Kind::SetEquivalent,
+        Kind::Range,
+        Kind::ListResult,
+        Kind::Flatten,
+        Kind::SelfCompare,
+    ];
+
+    /// Whether the cost also needs an operand evaluated before this one.
+    fn remembers(self) -> bool {
+        matches!(
+            self,
+            Kind::Add
+                | Kind::Equality
+                | Kind::Ordering
+                | Kind::Contains
+                | Kind::Matches
+                | Kind::MatchesGlobal
+                | Kind::Join
+                | Kind::SetProduct
+                | Kind::SetEquivalent
+                | Kind::Flatten
+        )
+    }
+}
+
+fn encode(kind: Kind, slot: u32) -> i64 {
+    ((kind as i64) << 32) | i64::from(slot)
+}
+
+fn decode(code: u64) -> (Kind, u32) {
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| *k as u64 == code >> 32)
+        .unwrap_or(Kind::Traversal);
+    (kind, code as u32)
+}
+
+/// cel-go's `costCall` and the k8s `CallCost`, for `kind` on `x` (and the
+/// remembered operand `other`). Charges list copies to the allocation guard.
+fn call_cost(kind: Kind, x: &dyn Val, other: Option<Size>) -> Result<u64, ExecutionError> {
+    let other = other.unwrap_or(Size {
+        tag: Tag::Other,
+        size: 1,
+        values: 0,
+        int: None,
+    });
+    let size = actual_size(x);
+    let same = |tag: Tag| other.tag == tag && Size::of(x, false).tag == tag;
+    Ok(match kind {
+        Kind::Add => {
+            if same(Tag::String) || same(Tag::Bytes) {
+                scaled(other.size.saturating_add(size), STRING_TRAVERSAL)
+            } else {
+                if other.tag == Tag::List {
+                    let cap = allocation_left().saturating_sub(other.values);
+                    allocate(
+                        other
+                            .values
+                            .saturating_add(deep_size(x, cap.saturating_add(1))),
+                    )?;
+                }
+                1
+            }
+        }
+        Kind::Equality => scaled(other.size.min(size), STRING_TRAVERSAL),
+        Kind::Ordering => {
+            if same(Tag::String) || same(Tag::Bytes) {
+                scaled(other.size.min(size), STRING_TRAVERSAL)
+            } else {
+                1
+            }
+        }
+        Kind::In => {
+            if x.downcast_ref::<CelList>().is_some() {
+                size
+            } else {
+                1
+            }
+        }
+        Kind::Contains => {
+            if same(Tag::String) {
+                scaled(size, STRING_TRAVERSAL).saturating_mul(scaled(other.size, STRING_TRAVERSAL))
+            } else {
+                1
+            }
+        }
+        Kind::Matches => regex_cost(size, other.size),
+        Kind::MatchesGlobal => regex_cost(other.size, size),
+        Kind::Traversal => scaled(size, STRING_TRAVERSAL),
+        Kind::DoubleTraversal => (size as f64 * 2.0 * STRING_TRAVERSAL).ceil() as u64,
+        Kind::Elements => traversal_cost(x),
+        Kind::Join => {
+            let separator = if other.tag == Tag::String {
+                other.size
+            } else {
+                0
+            };
+            let result = x
+                .downcast_ref::<CelList>()
+                .map(|l| {
+                    let n = l.inner().len() as u64;
+                    l.inner()
+                        .iter()
+                        .fold(0u64, |s, e| s.saturating_add(actual_size(e.as_ref())))
+                        .saturating_add(n.saturating_sub(1).saturating_mul(separator))
+                })
+                .unwrap_or(1);
+            (result as f64 * 2.0 * STRING_TRAVERSAL).ceil() as u64
+        }
+        Kind::ToBytes => {
+            if x.downcast_ref::<CelString>().is_some() {
+                scaled(size, STRING_TRAVERSAL)
+            } else {
+                1
+            }
+        }
+        Kind::ToString => {
+            if x.downcast_ref::<CelBytes>().is_some() {
+                scaled(size, STRING_TRAVERSAL)
+            } else {
+                1
+            }
+        }
+        Kind::ContainsIp | Kind::ContainsCidr => {
+            // The CIDR is no sizer: its size is 1.
+            let mut cost = scaled(2, STRING_TRAVERSAL);
+            if kind == Kind::ContainsCidr {
+                cost += scaled(1, STRING_TRAVERSAL) + 1;
+            }
+            if x.downcast_ref::<CelString>().is_some() {
+                cost += scaled(size, STRING_TRAVERSAL);
+            }
+            cost
+        }
+        Kind::Selector => {
+            let requirements = scaled(size, 0.5);
+            LIST_CREATE
+                .saturating_add(scaled(size, STRING_TRAVERSAL))
+                .saturating_add(scaled(requirements, (LIST_CREATE + STRUCT_CREATE) as f64))
+        }
+        // cel-go ext/sets.go `trackSetsCost`.
+        Kind::SetProduct => 1 + other.size.saturating_mul(size),
+        Kind::SetEquivalent => 1 + (other.size.saturating_mul(size) as f64 * 2.0) as u64,
+        // cel-go ext/lists.go `trackAllocatingListCall`: the list's size
+        // times a factor, the call and the list creation.
+        Kind::Range => {
+            let n = x
+                .downcast_ref::<CelInt>()
+                .map_or(0, |i| (*i.inner()).max(0) as u64);
+            allocating_list(1.0, n)
+        }
+        Kind::ListResult => {
+            if x.downcast_ref::<CelList>().is_some() {
+                allocating_list(1.0, size)
+            } else {
+                1
+            }
+        }
+        Kind::Flatten => {
+            let depth = if other.tag == Tag::Other {
+                other.int.unwrap_or(1) as f64
+            } else {
+                1.0
+            };
+            allocating_list(depth.max(0.0), size)
+        }
+        Kind::SelfCompare => match x.downcast_ref::<CelList>() {
+            Some(l) => {
+                let mut factor = 2.0;
+                if let Some(first) = l.inner().first() {
+                    if first.downcast_ref::<CelString>().is_some()
+                        || first.downcast_ref::<CelBytes>().is_some()
+                    {
+                        factor += STRING_TRAVERSAL;
+                    }
+                }
+                allocating_list(factor, size.saturating_mul(size))
+            }
+            None => 1,
+        },
+    })
+}
+
+fn allocating_list(factor: f64, size: u64) -> u64 {
+    ((size as f64 * factor) as u64)
+        .saturating_add(1)
+        .saturating_add(LIST_CREATE)
+}
+
+/// `matches` and `find`: the string's traversal times the regex's length.
+fn regex_cost(string: u64, regex: u64) -> u64 {
+    let string_cost = ((1.0 + string as f64) * STRING_TRAVERSAL).ceil() as u64;
+    string_cost.saturating_mul(scaled(regex, REGEX_STRING_LENGTH))
+}
+
+/// Instruments `expr` (already rewritten by `rewrite`) for metering and
+/// returns the cost of its part that always runs, to charge once per
+/// evaluation. `next_id` supplies ids for new nodes.
+pub fn instrument(expr: &mut IdedExpr, next_id: &mut u64) -> u64 {
+    let mut inst = Instrumenter {
+        next_id,
+        bound: INPUT_VARIABLES.iter().map(|s| s.to_string()).collect(),
+        loop_depth: 0,
+    };
+    inst.visit(expr, false)
+}
+
+struct Instrumenter<'a> {
+    next_id: &'a mut u64,
+    /// The names an identifier can refer to: the inputs and the variables of
+    /// the comprehensions around.
+    bound: Vec<String>,
+    loop_depth: usize,
+}
+
+/// A literal, or a list or map of them: cel-go's planner folds these into
+/// constants (`OptOptimize`), which cost nothing.
+fn is_constant(e: &IdedExpr) -> bool {
+    match &e.expr {
+        Expr::Literal(_) => true,
+        Expr::List(l) => l.optional_indices.is_empty() && l.elements.iter().all(is_constant),
+        Expr::Map(m) => m.entries.iter().all(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => {
+                !me.optional && is_constant(&me.key) && is_constant(&me.value)
+            }
+            EntryExpr::StructField(_) => false,
+        }),
+        _ => false,
+    }
+}
+
+/// Whether cel-go plans `e` as an attribute, so that a selection on it is a
+/// qualifier of it rather than of a new relative attribute (one more unit).
+fn is_attribute(e: &IdedExpr) -> bool {
+    match &e.expr {
+        Expr::Ident(_) => true,
+        Expr::Select(s) => !s.test,
+        Expr::Call(c) => {
+            c.target.is_none()
+                && matches!(
+                    c.func_name.as_str(),
+                    operators::INDEX
+                        | operators::OPT_INDEX
+                        | operators::OPT_SELECT
+                        | operators::CONDITIONAL
+                )
+        }
+        _ => false,
+    }
+}
+
+/// The cost of a literal operand as cel-go sizes it, for the size rules.
+fn literal_size(e: &IdedExpr) -> Option<(Tag, u64)> {
+    match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => {
+            Some((Tag::String, s.inner().chars().count() as u64))
+        }
+        Expr::Literal(LiteralValue::Bytes(b)) => Some((Tag::Bytes, b.inner().len() as u64)),
+        Expr::Literal(_) => Some((Tag::Other, 1)),
+        _ => None,
+    }
+}
+
+fn is_number_literal(e: &IdedExpr) -> bool {
+    matches!(
+        &e.expr,
+        Expr::Literal(LiteralValue::Int(_) | LiteralValue::UInt(_) | LiteralValue::Double(_))
+    )
+}
+
+impl Instrumenter<'_> {
+    fn id(&mut self) -> u64 {
+        *self.next_id += 1;
+        *self.next_id
+    }
+
+    /// Replaces `e` by `name(arg, e)`.
+    fn wrap(&mut self, e: &mut IdedExpr, name: &str, arg: i64) {
+        let inner = std::mem::take(e);
+        let lit = IdedExpr {
+            id: self.id(),
+            expr: Expr::Literal(LiteralValue::Int(CelInt::from(arg))),
+        };
+        *e = IdedExpr {
+            id: self.id(),
+            expr: Expr::Call(CallExpr {
+                func_name: name.to_string(),
+                target: None,
+                args: vec![lit, inner],
+            }),
+        };
+    }
+
+    fn charge_when_run(&mut self, e: &mut IdedExpr, cost: u64) {
+        if cost > 0 {
+            self.wrap(e, CHARGE_FN, cost as i64);
+        }
+    }
+
+    /// Whether `e` spells a qualified name whose root is no variable: the
+    /// namespace of a function (`sets`, `strings`, `optional`...).
+    fn is_namespace(&self, e: &IdedExpr) -> bool {
+        let mut e = e;
+        loop {
+            match &e.expr {
+                Expr::Ident(name) => return !self.bound.iter().any(|b| b == name),
+                Expr::Select(s) if !s.test => e = &s.operand,
+                _ => return false,
+            }
+        }
+    }
+
+    /// Instruments `e`; returns the cost of its part that always runs when
+    /// `e` does. `measured`: an enclosing wrapper already counts the values
+    /// of `e` for the allocation guard.
+    fn visit(&mut self, e: &mut IdedExpr, measured: bool) -> u64 {
+        let slot = e.id as u32;
+        match &mut e.expr {
+            Expr::Literal(_) | Expr::Unspecified => 0,
+            Expr::Ident(_) => SELECT_AND_IDENT,
+            Expr::Select(s) => {
+                if s.test {
+                    // `has()`: PresenceTestHasCost(false).
+                    self.visit(&mut s.operand, false)
+                } else {
+                    let relative = u64::from(!is_attribute(&s.operand));
+                    self.visit(&mut s.operand, false) + SELECT_AND_IDENT + relative
+                }
+            }
+            Expr::List(l) => {
+                let constant = l.optional_indices.is_empty() && l.elements.iter().all(is_constant);
+                let measure = self.loop_depth > 0 && !measured && !constant;
+                let mut cost = if constant { 0 } else { LIST_CREATE };
+                for el in l.elements.iter_mut() {
+                    cost += self.visit(el, measured || measure);
+                }
+                if measure {
+                    self.wrap(e, ALLOC_FN, 0);
+                }
+                cost
+            }
+            Expr::Map(m) => {
+                let constant = m.entries.iter().all(|en| match &en.expr {
+                    EntryExpr::MapEntry(me) => {
+                        !me.optional && is_constant(&me.key) && is_constant(&me.value)
+                    }
+                    EntryExpr::StructField(_) => false,
+                });
+                let measure = self.loop_depth > 0 && !measured && !constant;
+                let mut cost = if constant { 0 } else { MAP_CREATE };
+                for en in m.entries.iter_mut() {
+                    match &mut en.expr {
+                        EntryExpr::MapEntry(me) => {
+                            cost += self.visit(&mut me.key, measured || measure);
+                            cost += self.visit(&mut me.value, measured || measure);
+                        }
+                        EntryExpr::StructField(f) => {
+                            cost += self.visit(&mut f.value, measured || measure)
+                        }
+                    }
+                }
+                if measure {
+                    self.wrap(e, ALLOC_FN, 0);
+                }
+                cost
+            }
+            Expr::Struct(s) => {
+                let measure = self.loop_depth > 0 && !measured;
+                let mut cost = STRUCT_CREATE;
+                for en in s.entries.iter_mut() {
+                    match &mut en.expr {
+                        EntryExpr::StructField(f) => {
+                            cost += self.visit(&mut f.value, measured || measure)
+                        }
+                        EntryExpr::MapEntry(me) => {
+                            cost += self.visit(&mut me.key, measured || measure);
+                            cost += self.visit(&mut me.value, measured || measure);
+                        }
+                    }
+                }
+                if measure {
+                    self.wrap(e, ALLOC_FN, 0);
+                }
+                cost
+            }
+            Expr::Comprehension(_) => self.comprehension(e),
+            Expr::Call(_) => self.call(e, slot, measured),
+        }
+    }
+
+    fn comprehension(&mut self, e: &mut IdedExpr) -> u64 {
+        let Expr::Comprehension(c) = &mut e.expr else {
+            return 0;
+        };
+        // Every element of the range is copied into the iteration variable.
+        let mut cost = self.visit(&mut c.iter_range, true);
+        self.wrap(&mut c.iter_range, ALLOC_FN, 0);
+        cost += self.visit(&mut c.accu_init, false);
+
+        let scope = self.bound.len();
+        self.bound.push(c.iter_var.clone());
+        if let Some(v2) = &c.iter_var2 {
+            self.bound.push(v2.clone());
+        }
+        self.bound.push(c.accu_var.clone());
+        self.loop_depth += 1;
+
+        // The condition: charged outside it, so that a loop stops at its next
+        // condition once the evaluation is over its limit (an error inside
+        // `@not_strictly_false` would be taken for true).
+        let cond = self.visit(&mut c.loop_cond, false);
+        self.charge_when_run(&mut c.loop_cond, cond);
+        self.loop_step(&mut c.loop_step, &c.accu_var);
+
+        self.loop_depth -= 1;
+        cost += self.visit(&mut c.result, false);
+        self.bound.truncate(scope);
+        cost
+    }
+
+    /// Instruments a loop step so that each iteration charges its cost,
+    /// keeping the shapes the interpreter recognises.
+    fn loop_step(&mut self, step: &mut IdedExpr, accu: &str) {
+        match step_shape(step, accu) {
+            StepShape::Fold => {
+                // `@result && x`: `x` runs on every iteration (the loop stops
+                // once the accumulator decides the result).
+                if let Expr::Call(call) = &mut step.expr {
+                    let x = &mut call.args[1];
+                    let cost = SELECT_AND_IDENT + self.visit(x, false);
+                    self.charge_when_run(x, cost);
+                }
+            }
+            StepShape::Append => {
+                // `@result + [x]`
+                if let Expr::Call(call) = &mut step.expr {
+                    let cost = self.appended(&mut call.args[1]) + 1 + SELECT_AND_IDENT;
+                    self.appended_charge(&mut call.args[1], cost);
+                }
+            }
+            StepShape::GuardedAppend => {
+                // `c ? @result + [x] : @result`: the `@result` of the other
+                // branch is charged with `c`, the rest of the append with `x`.
+                if let Expr::Call(call) = &mut step.expr {
+                    let c_cost = self.visit(&mut call.args[0], false) + SELECT_AND_IDENT;
+                    self.charge_when_run(&mut call.args[0], c_cost);
+                    if let Expr::Call(append) = &mut call.args[1].expr {
+                        let cost = self.appended(&mut append.args[1]) + 1;
+                        self.appended_charge(&mut append.args[1], cost);
+                    }
+                }
+            }
+            StepShape::Other => {
+                let cost = self.visit(step, false);
+                self.charge_when_run(step, cost);
+            }
+        }
+    }
+
+    /// Instruments the single element of the `[x]` a step appends; returns
+    /// the cost of creating the list (not wrapped: the step keeps its shape).
+    fn appended(&mut self, list: &mut IdedExpr) -> u64 {
+        let Expr::List(l) = &mut list.expr else {
+            return self.visit(list, false);
+        };
+        let create = if l.elements.iter().all(is_constant) {
+            0
+        } else {
+            LIST_CREATE
+        };
+        create + self.visit(&mut l.elements[0], true)
+    }
+
+    fn appended_charge(&mut self, list: &mut IdedExpr, cost: u64) {
+        if let Expr::List(l) = &mut list.expr {
+            self.wrap(&mut l.elements[0], ALLOC_FN, cost as i64);
+        }
+    }
+
+    fn call(&mut self, e: &mut IdedExpr, slot: u32, measured: bool) -> u64 {
+        let Expr::Call(call) = &mut e.expr else {
+            return 0;
+        };
+        let name = call.func_name.clone();
+        let arity = call.args.len();
+        if call.target.is_none() {
+            match (name.as_str(), arity) {
+                (operators::CONDITIONAL, 3) => {
+                    let cond = self.visit(&mut call.args[0], false);
+                    let yes = self.visit(&mut call.args[1], measured);
+                    let no = self.visit(&mut call.args[2], measured);
+                    let common = yes.min(no);
+                    self.charge_when_run(&mut call.args[1], yes - common);
+                    self.charge_when_run(&mut call.args[2], no - common);
+                    return cond + common;
+                }
+                (operators::LOGICAL_AND | operators::LOGICAL_OR, 2) => {
+                    let lhs = self.visit(&mut call.args[0], false);
+                    let rhs = self.visit(&mut call.args[1], false);
+                    self.charge_when_run(&mut call.args[1], rhs);
+                    return lhs;
+                }
+                (operators::INDEX | operators::OPT_INDEX, 2) => {
+                    // `k`/`v` of a two-variable comprehension: an identifier in cel-go.
+                    if matches!(&call.args[0].expr, Expr::Ident(n) if n.starts_with("@kv"))
+                        && matches!(&call.args[1].expr, Expr::Literal(_))
+                    {
+                        return SELECT_AND_IDENT;
+                    }
+                    let relative = u64::from(!is_attribute(&call.args[0]));
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    return cost + 1 + relative;
+                }
+                (operators::OPT_SELECT, 2) => {
+                    let relative = u64::from(!is_attribute(&call.args[0]));
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    return cost + 1 + relative;
+                }
+                (operators::ADD, 2) => {
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    if is_number_literal(&call.args[0]) || is_number_literal(&call.args[1]) {
+                        return cost + 1;
+                    }
+                    self.remember_and_charge(call, 0, 1, Kind::Add, slot);
+                    return cost;
+                }
+                (operators::EQUALS | operators::NOT_EQUALS, 2) => {
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    let known = match (literal_size(&call.args[0]), literal_size(&call.args[1])) {
+                        (Some((_, a)), Some((_, b))) => Some(scaled(a.min(b), STRING_TRAVERSAL)),
+                        // Cost 1 unless the other side is empty.
+                        (Some((_, n)), None) | (None, Some((_, n))) if n <= 10 => Some(1),
+                        _ => None,
+                    };
+                    if let Some(k) = known {
+                        return cost + k;
+                    }
+                    self.remember_and_charge(call, 0, 1, Kind::Equality, slot);
+                    return cost;
+                }
+                (
+                    operators::LESS
+                    | operators::LESS_EQUALS
+                    | operators::GREATER
+                    | operators::GREATER_EQUALS,
+                    2,
+                ) => {
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    let known = match (literal_size(&call.args[0]), literal_size(&call.args[1])) {
+                        (Some((Tag::Other, _)), _) | (_, Some((Tag::Other, _))) => Some(1),
+                        (Some((ta, a)), Some((tb, b))) if ta == tb => {
+                            Some(scaled(a.min(b), STRING_TRAVERSAL))
+                        }
+                        _ => None,
+                    };
+                    if let Some(k) = known {
+                        return cost + k;
+                    }
+                    self.remember_and_charge(call, 0, 1, Kind::Ordering, slot);
+                    return cost;
+                }
+                (operators::IN, 2) => {
+                    let cost =
+                        self.visit(&mut call.args[0], false) + self.visit(&mut call.args[1], false);
+                    if let Expr::List(l) = &call.args[1].expr {
+                        if l.optional_indices.is_empty() {
+                            return cost + l.elements.len() as u64;
+                        }
+                    }
+                    self.charge_on(&mut call.args[1], Kind::In, slot);
+                    return cost;
+                }
+                (ENTRIES_FN, _) => {
+                    return call.args.iter_mut().map(|a| self.visit(a, false)).sum();
+                }
+                (MAP_INSERT_FN | MAP_MERGE_FN, _) => {
+                    // Each step copies the accumulated map.
+                    let cost = 1 + call
+                        .args
+                        .iter_mut()
+                        .map(|a| self.visit(a, false))
+                        .sum::<u64>();
+                    if self.loop_depth > 0 {
+                        self.wrap(e, GROWTH_FN, 0);
+                    }
+                    return cost;
+                }
+                _ => {}
+            }
+        }
+
+        // A function call, global or on a target.
+        let namespace = call.target.as_deref().is_some_and(|t| self.is_namespace(t));
+        let mut cost = 1;
+        if let Some(t) = call.target.as_deref_mut() {
+            if !namespace {
+                cost += self.visit(t, false);
+            }
+        }
+        for a in call.args.iter_mut() {
+            cost += self.visit(a, false);
+        }
+        let qualified = if namespace {
+            call.target
+                .as_deref()
+                .and_then(qualified_name)
+                .map(|q| format!("{q}.{name}"))
+        } else {
+            None
+        };
+        let member = call.target.is_some() && !namespace;
+        if member {
+            // Arguments run before the target: the target's wrapper runs
+            // last, right before the call.
+            let on_target = match (name.as_str(), arity) {
+                ("lowerAscii" | "upperAscii" | "substring" | "trim", _) => Some(Kind::Traversal),
+                ("startsWith" | "endsWith" | "format", _) => Some(Kind::Traversal),
+                ("replace" | "split", _) => Some(Kind::DoubleTraversal),
+                ("isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf", _) => {
+                    Some(Kind::Elements)
+                }
+                ("contains", 1) => Some(Kind::Contains),
+                ("matches", 1) | ("find" | "findAll", 1 | 2) => Some(Kind::Matches),
+                ("join", 0 | 1) => Some(Kind::Join),
+                ("flatten", 0 | 1) => Some(Kind::Flatten),
+                ("distinct" | "sort", 0) => Some(Kind::SelfCompare),
+                _ => None,
+            };
+            if let Some(kind) = on_target {
+                if kind.remembers() && arity > 0 {
+                    self.wrap(&mut call.args[0], SIZE_FN, encode(kind, slot));
+                }
+                if let Some(t) = call.target.as_deref_mut() {
+                    self.charge_on(t, kind, slot);
+                }
+                return cost - 1;
+            }
+            let on_argument = match (name.as_str(), arity) {
+                ("containsIP", 1) => Some(Kind::ContainsIp),
+                ("containsCIDR", 1) => Some(Kind::ContainsCidr),
+                ("fieldSelector" | "labelSelector", 1) => Some(Kind::Selector),
+                ("@sortByAssociatedKeys", 1) => Some(Kind::SelfCompare),
+                _ => None,
+            };
+            if let Some(kind) = on_argument {
+                self.charge_on(&mut call.args[0], kind, slot);
+                return cost - 1;
+            }
+            if matches!((name.as_str(), arity), ("slice", 2) | ("reverse", 0)) {
+                // Charged on the result (no larger than the target).
+                self.charge_on(e, Kind::ListResult, slot);
+                return cost - 1;
+            }
+            if name == "check" && arity == 1 {
+                return cost - 1 + AUTHZ_CHECK;
+            }
+            return cost;
+        }
+        let function = qualified.as_deref().unwrap_or(name.as_str());
+        let on_first = match (function, arity) {
+            (
+                "url"
+                | "cidr"
+                | "isIP"
+                | "isCIDR"
+                | "ip"
+                | "quantity"
+                | "isQuantity"
+                | "semver"
+                | "isSemver"
+                | "jsonpatch.escapeKey"
+                | "strings.quote",
+                1 | 2,
+            ) => Some(Kind::Traversal),
+            ("ip.isCanonical", 1) => Some(Kind::DoubleTraversal),
+            ("bytes", 1) => Some(Kind::ToBytes),
+            ("lists.range", 1) => Some(Kind::Range),
+            ("string", 1) => Some(Kind::ToString),
+            _ => None,
+        };
+        if let Some(kind) = on_first {
+            self.charge_on(&mut call.args[0], kind, slot);
+            return cost - 1;
+        }
+        let pair = match (function, arity) {
+            ("matches", 2) => Some(Kind::MatchesGlobal),
+            ("sets.contains" | "sets.intersects", 2) => Some(Kind::SetProduct),
+            ("sets.equivalent", 2) => Some(Kind::SetEquivalent),
+            _ => None,
+        };
+        if let Some(kind) = pair {
+            self.remember_and_charge(call, 0, 1, kind, slot);
+            return cost - 1;
+        }
+        cost
+    }
+
+    /// Wraps `e` to charge the call `kind` from its value.
+    fn charge_on(&mut self, e: &mut IdedExpr, kind: Kind, slot: u32) {
+        self.wrap(e, DYN_FN, encode(kind, slot));
+    }
+
+    /// Wraps argument `first` to remember its size and argument `second`
+    /// (evaluated after it) to charge the call `kind`.
+    fn remember_and_charge(
+        &mut self,
+        call: &mut CallExpr,
+        first: usize,
+        second: usize,
+        kind: Kind,
+        slot: u32,
+    ) {
+        self.wrap(&mut call.args[first], SIZE_FN, encode(kind, slot));
+        self.wrap(&mut call.args[second], DYN_FN, encode(kind, slot));
+    }
+}
+
+/// The loop steps the interpreter recognises.
+enum StepShape {
+    /// `@result && x`, `@result || x`.
+    Fold,
+    /// `@result + [x]`.
+    Append,
+    /// `c ? @result + [x] : @result`.
+    GuardedAppend,
+    Other,
+}
+
+fn step_shape(step: &IdedExpr, accu: &str) -> StepShape {
+    let is_accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if n == accu);
+    let is_append = |e: &IdedExpr| match &e.expr {
+        Expr::Call(c) if c.func_name == operators::ADD && c.target.is_none() => {
+            matches!(c.args.as_slice(), [lhs, rhs] if is_accu(lhs)
+                && matches!(&rhs.expr, Expr::List(l) if l.elements.len() == 1 && l.optional_indices.is_empty()))
+        }
+        _ => false,
+    };
+    let Expr::Call(call) = &step.expr else {
+        return StepShape::Other;
+    };
+    let name = call.func_name.as_str();
+    if call.target.is_some() {
+        return StepShape::Other;
+    }
+    match call.args.as_slice() {
+        [lhs, _]
+            if is_accu(lhs)
+                && (name == operators::LOGICAL_AND || name == operators::LOGICAL_OR) =>
+        {
+            StepShape::Fold
+        }
+        _ if is_append(step) => StepShape::Append,
+        [_, yes, no] if name == operators::CONDITIONAL && is_append(yes) && is_accu(no) => {
+            StepShape::GuardedAppend
+        }
+        _ => StepShape::Other,
+    }
+}
+
+fn qualified_name(e: &IdedExpr) -> Option<String> {
+    match &e.expr {
+        Expr::Ident(n) => Some(n.clone()),
+        Expr::Select(s) if !s.test => {
+            qualified_name(&s.operand).map(|q| format!("{q}.{}", s.field))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cel::{error_text, CelEnvironment};
+
+    /// The cost of evaluating `src` with no inputs, or its error.
+    fn cost_of(src: &str) -> Result<u64, String> {
+        // Deeply nested test expressions recurse in the (debug) interpreter:
+        // evaluate on a thread with room for it.
+        let src = src.to_string();
+        std::thread::Builder::new()
+            .stack_size(256 * 1024 * 1024)
+            .spawn(move || {
+                let env = CelEnvironment::shared();
+                let expr = env.compile(&src).map_err(|e| e.to_string())?;
+                let ctx = env.context();
+                let (r, cost) = expr.evaluate_with_cost(&ctx);
+                r.map(|_| cost).map_err(|e| error_text(&e))
+            })
+            .expect("test thread starts")
+            .join()
+            .expect("evaluation does not panic")
+    }
+
+    #[test]
+    fn literals_cost_nothing_and_calls_one() {
+        assert_eq!(cost_of("1").unwrap(), 0);
+        assert_eq!(cost_of("[1, 2, 3]").unwrap(), 0);
+        assert_eq!(cost_of("{'a': 1}").unwrap(), 0);
+        assert_eq!(cost_of("1 + 2").unwrap(), 1);
+        assert_eq!(cost_of("size([1, 2]) == 2").unwrap(), 2);
+        assert_eq!(cost_of("[1, 1 + 1]").unwrap(), 11);
+    }
+
+    #[test]
+    fn short_circuits_charge_only_what_runs() {
+        assert_eq!(cost_of("true || 1 + 1 == 2").unwrap(), 0);
+        assert_eq!(cost_of("false || 1 + 1 == 2").unwrap(), 2);
+        assert_eq!(cost_of("true ? 1 : 1 + 2 + 3").unwrap(), 0);
+        assert_eq!(cost_of("false ? 1 : 1 + 2 + 3").unwrap(), 2);
+    }
+
+    #[test]
+    fn comprehensions_charge_each_iteration() {
+        // cel-go: per element, @not_strictly_false(@result) (2) + @result (1)
+        // + x (1) + x > 0 (1), then the result @result (1).
+        assert_eq!(cost_of("[1, 2, 3].all(x, x > 0)").unwrap(), 3 * 5 + 1);
+        // map: @result + [x * 2] = 1 + 1 + 10 + (x * 2: 2), result 1.
+        assert_eq!(cost_of("[1, 2, 3].map(x, x * 2)").unwrap(), 3 * 14 + 1);
+        // filter: x > 1 (2) + the other branch's @result (1); kept: +12 (x 1).
+        assert_eq!(
+            cost_of("[1, 2, 3].filter(x, x > 1)").unwrap(),
+            3 * 3 + 2 * 12 + 1
+        );
+    }
+
+    #[test]
+    fn strings_cost_by_size() {
+        let s = "a".repeat(100);
+        // 'x' + 'y': ceil((100 + 100) * 0.1)
+        assert_eq!(cost_of(&format!("'{s}' + '{s}'")).unwrap(), 20);
+        assert_eq!(cost_of(&format!("'{s}' == '{s}'")).unwrap(), 10);
+        assert_eq!(cost_of(&format!("'{s}'.contains('{s}')")).unwrap(), 100);
+        assert_eq!(cost_of(&format!("'{s}'.startsWith('a')")).unwrap(), 10);
+        // matches: ceil(101 * 0.1) * ceil(4 * 0.25)
+        assert_eq!(cost_of(&format!("'{s}'.matches('a+b*')")).unwrap(), 11);
+        assert_eq!(cost_of("'abc' in ['a', 'abc']").unwrap(), 2);
+    }
+
+    #[test]
+    fn the_limit_stops_nested_loops() {
+        let l = "[0,1,2,3,4,5,6,7,8,9]";
+        let src = format!(
+            "{l}.all(a, {l}.all(b, {l}.all(c, {l}.all(d, {l}.all(e, {l}.all(f, 'x' == 'x'))))))"
+        );
+        let start = std::time::Instant::now();
+        assert_eq!(cost_of(&src).unwrap_err(), COST_LIMIT_EXCEEDED);
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_absorbed_limit_error_still_fails_the_evaluation() {
+        let l = "[0,1,2,3,4,5,6,7,8,9]";
+        let heavy =
+            format!("{l}.all(a, {l}.all(b, {l}.all(c, {l}.all(d, {l}.all(e, {l}.all(f, true))))))");
+        assert_eq!(
+            cost_of(&format!("({heavy}) || true")).unwrap_err(),
+            COST_LIMIT_EXCEEDED
+        );
+        assert_eq!(
+            cost_of(&format!("{l}.exists(z, ({heavy}) || true)")).unwrap_err(),
+            COST_LIMIT_EXCEEDED
+        );
+    }
+
+    #[test]
+    fn doubling_strings_stops_before_allocating() {
+        // Each level doubles the string; the cost of `+` follows its size.
+        let mut src = "'0123456789'".to_string();
+        for _ in 0..40 {
+            src = format!("[{src}].map(s, s + s)[0]");
+        }
+        let start = std::time::Instant::now();
+        assert_eq!(cost_of(&src).unwrap_err(), COST_LIMIT_EXCEEDED);
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn copying_large_values_is_bounded() {
+        // A list of 1000 lists of 1000: each `map` step copies a million values.
+        let src = "[0].map(i, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map(j, [0,1,2,3,4,5,6,7,8,9].map(k, [0,1,2,3,4,5,6,7,8,9].map(l, [0,1,2,3,4,5,6,7,8,9].map(m, [0,1,2,3,4,5,6,7,8,9])))))[0]";
+        let big = format!("{src}.map(a, {src})");
+        let start = std::time::Instant::now();
+        assert_eq!(cost_of(&big).unwrap_err(), COST_LIMIT_EXCEEDED);
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn library_costs() {
+        assert_eq!(cost_of("sets.contains([1, 2, 3], [1, 2])").unwrap(), 1 + 6);
+        assert_eq!(cost_of("sets.equivalent([1, 2], [2, 1])").unwrap(), 1 + 8);
+        // lists.range(n): n + the call + the list creation, before allocating.
+        assert_eq!(cost_of("lists.range(5)").unwrap(), 5 + 11);
+        let start = std::time::Instant::now();
+        assert_eq!(
+            cost_of("lists.range(1000000000)").unwrap_err(),
+            COST_LIMIT_EXCEEDED
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(cost_of("[1, 2, 3].reverse()").unwrap(), 3 + 11);
+        assert_eq!(cost_of("[3, 1, 2].sort()").unwrap(), 9 * 2 + 11);
+    }
+
+    #[test]
+    fn variables_and_expressions_share_the_budget() {
+        use crate::dispatch::activation::{Activation, CompiledVariable};
+        let env = CelEnvironment::shared();
+        // Each variable costs 4 * 10 + 1 = 41.
+        let vars: Vec<CompiledVariable> = ["a", "b", "c"]
+            .iter()
+            .map(|n| CompiledVariable {
+                name: n.to_string(),
+                expression: env
+                    .compile("[0,1,2,3,4,5,6,7,8,9].all(x, x >= 0)")
+                    .map_err(|e| e.to_string()),
+            })
+            .collect();
+        let expr = env
+            .compile("variables.a && variables.b && variables.c")
+            .unwrap();
+        let within = Activation::new(&env, Vec::new(), Vec::new(), &vars).with_budget(200);
+        assert_eq!(within.evaluate(&expr, |_| ()), Ok(()));
+        assert!(!within.out_of_budget());
+        let over = Activation::new(&env, Vec::new(), Vec::new(), &vars).with_budget(100);
+        assert_eq!(over.evaluate(&expr, |_| ()), Err(OUT_OF_BUDGET.to_string()));
+        assert!(over.out_of_budget());
+    }
+
+    #[test]
+    fn meters_nest_and_restore() {
+        let outer = Meter::start(100);
+        charge(10).unwrap();
+        {
+            let inner = Meter::start(5);
+            assert!(charge(6).is_err());
+            assert!(inner.exceeded());
+        }
+        assert_eq!(outer.cost(), 10);
+        assert!(!outer.exceeded());
+    }
+}

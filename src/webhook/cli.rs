@@ -1,0 +1,305 @@
+//! The `serve` and `loadtest` subcommands (their arguments and what they
+//! run); `src/main.rs` only dispatches to them.
+
+use super::engine::EngineSources;
+use super::loadtest::{self, LoadtestConfig};
+use super::server::{self, ServeConfig, TlsSource};
+use super::tls::CertFiles;
+use super::{format_duration, parse_duration};
+use crate::api::load;
+use crate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
+use anyhow::{anyhow, bail, Context as _, Result};
+use clap::ValueEnum;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `kmutate serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Policy files or folders (a folder may hold bindings too).
+    #[arg(long, value_name = "PATH", default_value = "policies")]
+    pub policies: Vec<PathBuf>,
+    /// Binding files or folders.
+    #[arg(long, value_name = "PATH", default_value = "bindings")]
+    pub bindings: Vec<PathBuf>,
+    /// Cluster objects: Namespaces, params, CRDs.
+    #[arg(long, value_name = "PATH")]
+    pub resources: Vec<PathBuf>,
+    /// Address of the HTTPS listener (`HOST:PORT` or `:PORT`).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443", value_parser = parse_addr)]
+    pub listen: SocketAddr,
+    /// Address of the plain-HTTP metrics listener (`/metrics`).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090", value_parser = parse_addr)]
+    pub metrics_listen: SocketAddr,
+    /// Serving certificate chain (PEM), re-read when it changes. Without it a
+    /// self-signed certificate is generated at start.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// Where a generated self-signed certificate is written (default: a new
+    /// folder under the temporary directory).
+    #[arg(long, value_name = "DIR", conflicts_with = "tls_cert")]
+    pub cert_dir: Option<PathBuf>,
+    /// Further DNS names or IP addresses of a generated certificate (besides
+    /// localhost, 127.0.0.1 and ::1).
+    #[arg(long = "tls-san", value_name = "NAME", conflicts_with = "tls_cert")]
+    pub tls_sans: Vec<String>,
+    /// Longest time from a request's headers to its answer; past it the
+    /// request's policies' failure policies decide (Fail denies, Ignore admits
+    /// unchanged).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Longest time a shutdown (SIGTERM, SIGINT) waits for in-flight requests.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// Decisions for the CEL `authorizer` checks (the list format of
+    /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
+    /// every check is denied.
+    #[arg(long, value_name = "FILE", conflicts_with = "authorizer_allow_all")]
+    pub authorizer: Option<PathBuf>,
+    /// Allow every CEL `authorizer` check.
+    #[arg(long)]
+    pub authorizer_allow_all: bool,
+    /// Log format (the level comes from RUST_LOG, default `info`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Threads handling connections (default: one per core). Evaluations run
+    /// on a separate pool.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+}
+
+/// `kmutate loadtest`.
+#[derive(Debug, clap::Args)]
+pub struct LoadtestArgs {
+    /// The webhook's URL.
+    #[arg(long, default_value = "https://127.0.0.1:8443/mutate")]
+    pub url: String,
+    /// The AdmissionReview to send (JSON).
+    #[arg(long, value_name = "FILE", default_value = "bench/webhook/review.json")]
+    pub review: PathBuf,
+    /// The CA bundle to trust (`kmutate serve` logs where its generated one is).
+    #[arg(long, value_name = "FILE")]
+    pub ca: PathBuf,
+    /// Client certificate to present (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// Key of --client-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// Connections kept open, each with one request in flight.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Requests per second over all connections (0: flat out).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// How long to measure.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// How long to run first, unmeasured.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Use HTTP/2 rather than HTTP/1.1.
+    #[arg(long)]
+    pub http2: bool,
+    /// Threads of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+/// Reads `HOST:PORT`, `:PORT` (all interfaces) or `[V6]:PORT`.
+pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_string()
+    };
+    full.to_socket_addrs()
+        .map_err(|e| format!("{text:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?}: no address"))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn authorizer(path: Option<&PathBuf>, allow_all: bool) -> Result<Box<dyn Authorizer>> {
+    Ok(match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let mut docs =
+                load::parse_documents(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            if docs.len() != 1 {
+                bail!("{}: expected one document", path.display());
+            }
+            Box::new(
+                FixedAuthorizer::from_json(&docs.remove(0))
+                    .map_err(|e| anyhow!("{}: {e}", path.display()))?,
+            )
+        }
+        None if allow_all => Box::new(AlwaysAllow),
+        None => Box::new(AlwaysDeny),
+    })
+}
+
+/// Runs `kmutate serve` until SIGTERM or SIGINT, then drains.
+pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    init_logging(args.log_format);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => TlsSource::Files(CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => TlsSource::SelfSigned {
+            dir: args.cert_dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("kmutate-serve-{}", std::process::id()))
+            }),
+            names: args.tls_sans.clone(),
+        },
+    };
+    let config = ServeConfig {
+        sources: EngineSources {
+            policies: args.policies.clone(),
+            bindings: args.bindings.clone(),
+            resources: args.resources.clone(),
+        },
+        authorizer: authorizer(args.authorizer.as_ref(), args.authorizer_allow_all)?,
+        listen: args.listen,
+        metrics_listen: Some(args.metrics_listen),
+        tls,
+        client_ca: args.client_ca.clone(),
+        timeout: args.timeout,
+        drain_timeout: args.drain_timeout,
+    };
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.workers.unwrap_or(cores).max(1))
+        .max_blocking_threads((4 * cores).max(8))
+        .thread_name("kmutate")
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async move {
+        let server = server::start(config).await?;
+        if let Some(ca) = server.ca_bundle() {
+            tracing::info!(ca_bundle = %ca.display(),
+                "no --tls-cert given: serving a generated self-signed certificate; clients should trust the CA bundle");
+        }
+        tracing::info!(
+            listen = %server.addr(),
+            metrics = %server.metrics_addr().map(|a| a.to_string()).unwrap_or_default(),
+            timeout = %format_duration(args.timeout),
+            "serving POST /mutate, GET /healthz, GET /readyz (HTTPS) and GET /metrics (HTTP)"
+        );
+        wait_for_signal().await?;
+        tracing::info!("shutdown signal received");
+        server.shutdown().await;
+        anyhow::Ok(())
+    });
+    // Evaluations still running past the drain timeout are abandoned.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> Result<()> {
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// Runs `kmutate loadtest` and prints its report.
+pub fn loadtest_cmd(args: LoadtestArgs) -> Result<ExitCode> {
+    let uri: hyper::Uri = args
+        .url
+        .parse()
+        .with_context(|| format!("--url {:?}", args.url))?;
+    if uri.scheme_str() != Some("https") {
+        bail!("--url must be https://HOST:PORT/PATH");
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("--url has no host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{host}: no address"))?;
+    let body = std::fs::read(&args.review)
+        .with_context(|| format!("reading {}", args.review.display()))?;
+    let config = LoadtestConfig {
+        addr,
+        server_name: host,
+        path: uri
+            .path_and_query()
+            .map_or("/".to_string(), |p| p.as_str().to_string()),
+        ca: args.ca.clone(),
+        identity: match (&args.client_cert, &args.client_key) {
+            (Some(cert), Some(key)) => Some(CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
+        body: body.into(),
+        connections: args.connections,
+        rate: (args.rate > 0.0).then_some(args.rate),
+        duration: args.duration,
+        warmup: args.warmup,
+        http2: args.http2,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(loadtest::run(&config))?;
+    print!("{report}");
+    Ok(if report.errors == 0 && report.bad_status == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,309 @@
+//! `kmutate loadtest`: drives a webhook over TLS keep-alive connections
+//! with a recorded AdmissionReview, flat out or at a fixed rate, and
+//! reports throughput and latency percentiles.
+//!
+//! Latency is measured per request from writing it to having read the
+//! whole answer. At a fixed rate, request *i* is due at `start + i / rate`
+//! (spread over the connections in turn); a request sent more than 1 ms
+//! after it was due is counted as late, so a server (or generator) that
+//! cannot keep up shows there rather than hiding in the percentiles.
+
+use super::client::Client;
+use super::tls::{self, CertFiles};
+use anyhow::{bail, Context as _, Result};
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct LoadtestConfig {
+    /// The server's address.
+    pub addr: SocketAddr,
+    /// The name to verify the server certificate as.
+    pub server_name: String,
+    /// The request path (`/mutate`).
+    pub path: String,
+    /// The CA bundle to trust.
+    pub ca: PathBuf,
+    /// A client certificate and key to present.
+    pub identity: Option<CertFiles>,
+    /// The AdmissionReview sent with every request.
+    pub body: Bytes,
+    /// Connections kept open (each has one request in flight at a time).
+    pub connections: usize,
+    /// Requests per second over all connections; `None` for flat out.
+    pub rate: Option<f64>,
+    /// How long to measure.
+    pub duration: Duration,
+    /// How long to run before measuring.
+    pub warmup: Duration,
+    /// Use HTTP/2 rather than HTTP/1.1.
+    pub http2: bool,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Successful (HTTP 200) requests measured.
+    pub ok: u64,
+    /// Answers with another HTTP status.
+    pub bad_status: u64,
+    /// Requests that failed (connection errors).
+    pub errors: u64,
+    /// The first error or bad status seen.
+    pub first_problem: Option<String>,
+    /// The measured time.
+    pub elapsed: Duration,
+    /// Latencies of the successful requests, sorted.
+    pub latencies: Vec<Duration>,
+    /// Requests sent more than 1 ms after they were due (fixed rate).
+    pub late: u64,
+    /// The most a request was sent after it was due.
+    pub max_lateness: Duration,
+    /// The rate asked for.
+    pub rate: Option<f64>,
+    /// Connections used.
+    pub connections: usize,
+    /// The protocol.
+    pub http2: bool,
+}
+
+impl Report {
+    /// Successful requests per second.
+    pub fn throughput(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The `q` quantile (0..=1) of the latencies.
+    pub fn percentile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = (q * self.latencies.len() as f64).ceil() as usize;
+        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match self.rate {
+            Some(r) => format!("fixed rate {r} requests/s"),
+            None => "flat out".to_string(),
+        };
+        writeln!(
+            f,
+            "mode:        {mode}, {} {} connections",
+            self.connections,
+            if self.http2 { "HTTP/2" } else { "HTTP/1.1" }
+        )?;
+        writeln!(
+            f,
+            "requests:    {} ok, {} bad status, {} errors in {:.2} s",
+            self.ok,
+            self.bad_status,
+            self.errors,
+            self.elapsed.as_secs_f64()
+        )?;
+        writeln!(f, "throughput:  {:.0} requests/s", self.throughput())?;
+        writeln!(
+            f,
+            "latency:     p50 {}, p99 {}, p99.9 {}, max {}",
+            ms(self.percentile(0.50)),
+            ms(self.percentile(0.99)),
+            ms(self.percentile(0.999)),
+            ms(self.latencies.last().copied().unwrap_or_default())
+        )?;
+        if self.rate.is_some() {
+            writeln!(
+                f,
+                "schedule:    {} requests sent over 1 ms late (at most {})",
+                self.late,
+                ms(self.max_lateness)
+            )?;
+        }
+        if let Some(p) = &self.first_problem {
+            writeln!(f, "first problem: {p}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    bad_status: u64,
+    errors: u64,
+    first_problem: Option<String>,
+    latencies: Vec<Duration>,
+    late: u64,
+    max_lateness: Duration,
+}
+
+/// Runs the load and reports.
+pub async fn run(config: &LoadtestConfig) -> Result<Report> {
+    if config.connections == 0 {
+        bail!("at least one connection is needed");
+    }
+    if config.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        bail!("the rate must be positive");
+    }
+    let client_config = tls::client_config(&config.ca, config.identity.as_ref(), &[])?;
+    let client = Client::new(
+        config.addr,
+        &config.server_name,
+        client_config,
+        config.http2,
+    )?;
+    // One request first: fail early when the server does not answer well.
+    let mut probe = client.connect().await?;
+    let first = probe
+        .post(&config.path, config.body.clone())
+        .await
+        .context("first request")?;
+    if !first.status.is_success() {
+        bail!(
+            "first request answered {}: {}",
+            first.status,
+            first.text().trim()
+        );
+    }
+    drop(probe);
+
+    let start = Instant::now() + Duration::from_millis(20);
+    let measure_from = start + config.warmup;
+    let end = measure_from + config.duration;
+    let mut tasks = Vec::with_capacity(config.connections);
+    for index in 0..config.connections {
+        let client = client.clone();
+        let config = config.clone();
+        tasks.push(tokio::spawn(async move {
+            connection_loop(client, config, index, start, measure_from, end).await
+        }));
+    }
+    let mut tally = Tally::default();
+    for t in tasks {
+        let part = t.await.context("load task")?;
+        tally.ok += part.ok;
+        tally.bad_status += part.bad_status;
+        tally.errors += part.errors;
+        tally.late += part.late;
+        tally.max_lateness = tally.max_lateness.max(part.max_lateness);
+        if tally.first_problem.is_none() {
+            tally.first_problem = part.first_problem;
+        }
+        tally.latencies.extend(part.latencies);
+    }
+    tally.latencies.sort_unstable();
+    Ok(Report {
+        ok: tally.ok,
+        bad_status: tally.bad_status,
+        errors: tally.errors,
+        first_problem: tally.first_problem,
+        elapsed: config.duration,
+        latencies: tally.latencies,
+        late: tally.late,
+        max_lateness: tally.max_lateness,
+        rate: config.rate,
+        connections: config.connections,
+        http2: config.http2,
+    })
+}
+
+async fn connection_loop(
+    client: Client,
+    config: LoadtestConfig,
+    index: usize,
+    start: Instant,
+    measure_from: Instant,
+    end: Instant,
+) -> Tally {
+    let mut tally = Tally::default();
+    let mut conn = None;
+    let interval = config
+        .rate
+        .map(|r| Duration::from_secs_f64(config.connections as f64 / r));
+    let offset = config
+        .rate
+        .map(|r| Duration::from_secs_f64(index as f64 / r))
+        .unwrap_or_default();
+    let mut n: u32 = 0;
+    loop {
+        let due = match interval {
+            Some(iv) => {
+                let due = start + offset + iv * n;
+                n += 1;
+                if due >= end {
+                    break;
+                }
+                if due > Instant::now() {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                Some(due)
+            }
+            None => None,
+        };
+        let sent = Instant::now();
+        if sent >= end {
+            break;
+        }
+        let measured = sent >= measure_from;
+        if let (Some(due), true) = (due, measured) {
+            let lateness = sent.saturating_duration_since(due);
+            if lateness > Duration::from_millis(1) {
+                tally.late += 1;
+            }
+            tally.max_lateness = tally.max_lateness.max(lateness);
+        }
+        if conn.is_none() {
+            match client.connect().await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    if measured {
+                        tally.errors += 1;
+                        tally.first_problem.get_or_insert(format!("{e:#}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let result = c.post(&config.path, config.body.clone()).await;
+        let latency = sent.elapsed();
+        match result {
+            Ok(r) if r.status.is_success() => {
+                if measured {
+                    tally.ok += 1;
+                    tally.latencies.push(latency);
+                }
+            }
+            Ok(r) => {
+                if measured {
+                    tally.bad_status += 1;
+                    tally.first_problem.get_or_insert(format!(
+                        "HTTP {}: {}",
+                        r.status,
+                        r.text().trim()
+                    ));
+                }
+            }
+            Err(e) => {
+                if measured {
+                    tally.errors += 1;
+                    tally.first_problem.get_or_insert(format!("{e:#}"));
+                }
+                conn = None;
+            }
+        }
+        if conn.as_ref().is_some_and(|c| !c.is_open()) {
+            conn = None;
+        }
+    }
+    tally
+}

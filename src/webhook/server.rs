@@ -1,0 +1,812 @@
+//! The webhook server: a TLS listener (HTTP/1.1 and HTTP/2) with
+//! `POST /mutate`, `GET /healthz` and `GET /readyz`, a plain-HTTP metrics
+//! listener with `GET /metrics`, per-request timeouts and panic isolation,
+//! and draining on shutdown.
+
+use super::engine::{Engine, EngineSources};
+use super::metrics::{ErrorType, Metrics, RequestResult};
+use super::review::{self, Answer};
+use super::tls::{self, CertFiles, ReloadingCert};
+use super::{format_duration, MAX_BODY_BYTES};
+use crate::api::FailurePolicy;
+use crate::authorizer::Authorizer;
+use crate::dispatch::{AdmissionObserver, Outcome};
+use crate::matching::complete_request;
+use crate::request::AdmissionRequest;
+use anyhow::{Context as _, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an HTTP/1 connection may take to send a request's headers
+/// (idle keep-alive connections included).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug)]
+pub enum TlsSource {
+    /// PEM files, re-read when they change.
+    Files(CertFiles),
+    /// Generated at start into `dir` (`ca.crt`, `tls.crt`, `tls.key`), for
+    /// `localhost`, `127.0.0.1`, `::1` and `names`.
+    SelfSigned {
+        /// Where to write the files.
+        dir: PathBuf,
+        /// Further DNS names or IP addresses.
+        names: Vec<String>,
+    },
+}
+
+/// What `kmutate serve` is told.
+pub struct ServeConfig {
+    /// Policies, bindings and cluster objects.
+    pub sources: EngineSources,
+    /// Decides the CEL `authorizer` checks.
+    pub authorizer: Box<dyn Authorizer>,
+    /// The TLS listener's address.
+    pub listen: SocketAddr,
+    /// The metrics listener's address (none: no metrics listener).
+    pub metrics_listen: Option<SocketAddr>,
+    /// The serving certificate.
+    pub tls: TlsSource,
+    /// When set, clients must present a certificate signed by these CAs.
+    pub client_ca: Option<PathBuf>,
+    /// Longest time from a request's headers to its answer; past it the
+    /// request's policies' failure policies decide.
+    pub timeout: Duration,
+    /// Longest time shutdown waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("sources", &self.sources)
+            .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("tls", &self.tls)
+            .field("client_ca", &self.client_ca)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl ServeConfig {
+    /// The defaults of `kmutate serve`: `./policies`, `./bindings`,
+    /// `0.0.0.0:8443`, metrics on `0.0.0.0:9090`, a self-signed certificate
+    /// in a fresh temporary folder, a 10 s timeout, CEL authorizer checks
+    /// denied.
+    pub fn new() -> ServeConfig {
+        ServeConfig {
+            sources: EngineSources {
+                policies: vec![PathBuf::from("policies")],
+                bindings: vec![PathBuf::from("bindings")],
+                resources: Vec::new(),
+            },
+            authorizer: Box::new(crate::authorizer::AlwaysDeny),
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            metrics_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9090))),
+            tls: TlsSource::SelfSigned {
+                dir: std::env::temp_dir().join(format!("kmutate-serve-{}", std::process::id())),
+                names: Vec::new(),
+            },
+            client_ca: None,
+            timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig::new()
+    }
+}
+
+/// State shared by every connection.
+struct Shared {
+    engine: OnceLock<Arc<Engine>>,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+    shutting_down: AtomicBool,
+    received: AtomicU64,
+}
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    ca_bundle: Option<PathBuf>,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    serving: Option<JoinHandle<()>>,
+    metrics_serving: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("addr", &self.addr)
+            .field("metrics_addr", &self.metrics_addr)
+            .finish()
+    }
+}
+
+/// Starts serving: binds the listeners, then loads the policies in the
+/// background (`/readyz` answers 503 until they are loaded).
+pub async fn start(config: ServeConfig) -> Result<Server> {
+    let metrics = Arc::new(Metrics::new());
+    let provider = tls::provider();
+    let (files, ca_bundle) = match &config.tls {
+        TlsSource::Files(files) => (files.clone(), None),
+        TlsSource::SelfSigned { dir, names } => {
+            let generated = tls::generate_self_signed(dir, names)?;
+            (generated.files, Some(generated.ca))
+        }
+    };
+    let cert = Arc::new(ReloadingCert::new(
+        files,
+        provider.clone(),
+        Some(metrics.clone()),
+    )?);
+    let tls_config = tls::server_config(cert, config.client_ca.as_deref(), provider)?;
+    let acceptor = TlsAcceptor::from(Arc::new(tls_config));
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let metrics_listener = match config.metrics_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("listening on {a}"))?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
+    let shared = Arc::new(Shared {
+        engine: OnceLock::new(),
+        metrics: metrics.clone(),
+        timeout: config.timeout,
+        shutting_down: AtomicBool::new(false),
+        received: AtomicU64::new(0),
+    });
+
+    let loader = shared.clone();
+    let sources = config.sources.clone();
+    let authorizer = config.authorizer;
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let engine = Engine::load(&sources, authorizer);
+        for p in engine.problems() {
+            tracing::warn!(problem = %p, "policy load problem");
+        }
+        loader.metrics.set_loaded(
+            engine.policies(),
+            engine.bindings(),
+            engine.problems().len(),
+        );
+        let (policies, bindings, problems) = (
+            engine.policies(),
+            engine.bindings(),
+            engine.problems().len(),
+        );
+        let _ = loader.engine.set(Arc::new(engine));
+        tracing::info!(
+            policies,
+            bindings,
+            problems,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "policies loaded"
+        );
+    });
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let serving = tokio::spawn(serve_tls(
+        listener,
+        acceptor,
+        shared.clone(),
+        shutdown_rx.clone(),
+        config.drain_timeout,
+    ));
+    let metrics_serving =
+        metrics_listener.map(|l| tokio::spawn(serve_metrics(l, shared.clone(), shutdown_rx)));
+    Ok(Server {
+        addr,
+        metrics_addr,
+        ca_bundle,
+        shared,
+        shutdown,
+        serving: Some(serving),
+        metrics_serving,
+    })
+}
+
+/// Triggers a server's shutdown from anywhere.
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle(watch::Sender<bool>);
+
+impl ShutdownHandle {
+    /// Stops accepting connections and starts draining.
+    pub fn shutdown(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Server {
+    /// The TLS listener's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The metrics listener's address.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The generated CA bundle, when the certificate is self-signed.
+    pub fn ca_bundle(&self) -> Option<&std::path::Path> {
+        self.ca_bundle.as_deref()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// Whether the policies are loaded.
+    pub fn is_ready(&self) -> bool {
+        self.shared.engine.get().is_some()
+    }
+
+    /// The loaded engine, once ready.
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        self.shared.engine.get()
+    }
+
+    /// Waits until the policies are loaded (false if `limit` passes first).
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.is_ready() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
+    /// `POST /mutate` requests received so far (each is answered unless the
+    /// drain deadline passes first).
+    pub fn requests_received(&self) -> u64 {
+        self.shared.received.load(Ordering::SeqCst)
+    }
+
+    /// A handle that triggers the shutdown.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shutdown.clone())
+    }
+
+    /// Shuts down: stops accepting, answers the requests in flight (for at
+    /// most the drain timeout), then returns.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        self.wait().await;
+    }
+
+    /// Waits until the server has shut down (after a trigger) and drained.
+    pub async fn wait(&mut self) {
+        if let Some(serving) = self.serving.take() {
+            let _ = serving.await;
+        }
+        if let Some(m) = self.metrics_serving.take() {
+            let _ = m.await;
+        }
+    }
+}
+
+async fn serve_tls(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    drain_timeout: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // E.g. out of file descriptors: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let shared = shared.clone();
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let service = hyper::service::service_fn(move |req| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(route(shared, req).await) }
+                    });
+                    let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = stopped(&mut shutdown) => break,
+        }
+    }
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    drop(listener);
+    tracing::info!("shutting down: draining in-flight requests");
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "drain timeout ({}) passed with requests in flight",
+            format_duration(drain_timeout)
+        );
+    } else {
+        tracing::info!("drained");
+    }
+}
+
+/// Resolves once a shutdown is triggered (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
+}
+
+async fn serve_metrics(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let shared = shared.clone();
+                let builder = builder.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let shared = shared.clone();
+                        async move {
+                            Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
+                                (&Method::GET, "/metrics") => {
+                                    reply(StatusCode::OK, super::metrics::CONTENT_TYPE, shared.metrics.encode())
+                                }
+                                (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+                                _ => text(StatusCode::NOT_FOUND, "not found"),
+                            })
+                        }
+                    });
+                    let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stopped(&mut shutdown) => break,
+        }
+    }
+    connections.abort_all();
+}
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn text(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
+    let mut message = message.into();
+    message.push('\n');
+    reply(status, "text/plain; charset=utf-8", message)
+}
+
+async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/mutate") => mutate(shared, req).await,
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+        (&Method::GET, "/readyz") => {
+            if shared.shutting_down.load(Ordering::SeqCst) {
+                text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+            } else if shared.engine.get().is_some() {
+                text(StatusCode::OK, "ok")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet")
+            }
+        }
+        (_, "/mutate") => text(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        (_, "/healthz" | "/readyz") => text(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
+        _ => text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// Decrements the in-flight gauge however the request ends.
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight().dec();
+    }
+}
+
+/// The `resource` label: `deployments.apps`, `pods`, `pods/status`.
+fn resource_label(request: &AdmissionRequest) -> String {
+    let r = &request.resource;
+    let mut label = if r.group.is_empty() {
+        r.resource.clone()
+    } else {
+        format!("{}.{}", r.resource, r.group)
+    };
+    if !request.sub_resource.is_empty() {
+        label.push('/');
+        label.push_str(&request.sub_resource);
+    }
+    label
+}
+
+async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::from_std(started + shared.timeout);
+    shared.received.fetch_add(1, Ordering::SeqCst);
+    let metrics = shared.metrics.clone();
+    metrics.in_flight().inc();
+    let _in_flight = InFlight(&metrics);
+    // The client gets the reason; the log only its kind (a decoder's message
+    // may quote part of the object), the reason itself at debug level.
+    let refuse = |status: StatusCode, result: RequestResult, kind: &str, message: String| {
+        tracing::info!(status = status.as_u16(), kind, "request refused");
+        tracing::debug!(reason = %message, "request refused");
+        metrics.observe_request("", "", result, started.elapsed());
+        text(status, message)
+    };
+
+    // The body, at most MAX_BODY_BYTES.
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = match tokio::time::timeout_at(deadline, read_body(req.into_body(), declared)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(BodyError::TooLarge)) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                RequestResult::TooLarge,
+                "body too large",
+                format!("request body larger than {MAX_BODY_BYTES} bytes"),
+            )
+        }
+        Ok(Err(BodyError::Read(e))) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                RequestResult::Invalid,
+                "body unreadable",
+                format!("reading request body: {e}"),
+            )
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                RequestResult::Invalid,
+                "body timeout",
+                "request body not received in time".into(),
+            )
+        }
+    };
+
+    let Some(engine) = shared.engine.get().cloned() else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet");
+    };
+
+    // Decoding and matching run here, guarded; evaluation in the blocking pool.
+    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        review::decode(&body).map(|mut review| {
+            complete_request(&mut review.request, engine.resources());
+            let matched = engine.matching(&review.request);
+            let fallback = matched
+                .iter()
+                .find(|m| m.failure_policy == FailurePolicy::Fail)
+                .map(|m| (m.policy.to_string(), m.binding.to_string()));
+            (review, !matched.is_empty(), fallback)
+        })
+    }));
+    let (review, matched, fallback) = match decoded {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => {
+            let kind = match e {
+                review::DecodeError::TooDeep => "nesting too deep",
+                review::DecodeError::Json(_) => "invalid JSON or AdmissionReview",
+                review::DecodeError::NotAReview { .. } => "not an AdmissionReview",
+                review::DecodeError::NoRequest => "no request",
+            };
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                RequestResult::Invalid,
+                kind,
+                e.to_string(),
+            );
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                RequestResult::Invalid,
+                "decoder panic",
+                "request could not be decoded".into(),
+            )
+        }
+    };
+    drop(body);
+    let version = review.version;
+    let uid = review.request.uid.clone();
+    let operation = review.request.operation.clone();
+    let resource = resource_label(&review.request);
+
+    if !matched || review.request.object.is_none() {
+        let bytes = review::encode(version, &uid, &Answer::allow());
+        metrics.observe_request(
+            &operation,
+            &resource,
+            RequestResult::Allowed,
+            started.elapsed(),
+        );
+        return reply(StatusCode::OK, "application/json", bytes);
+    }
+
+    let evaluation = {
+        let metrics = metrics.clone();
+        let request = review.request;
+        tokio::task::spawn_blocking(move || evaluate(&engine, &metrics, request))
+    };
+    let (answer, result) = match tokio::time::timeout_at(deadline, evaluation).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(join_error)) => {
+            // `evaluate` catches panics; this is a cancelled task.
+            tracing::error!(uid = %uid, error = %join_error, "evaluation task failed");
+            (panic_answer(), RequestResult::Panic)
+        }
+        Err(_) => {
+            let timeout = format_duration(shared.timeout);
+            match &fallback {
+                Some((policy, binding)) => {
+                    tracing::warn!(uid = %uid, policy = %policy, binding = %binding, timeout = %timeout,
+                        "evaluation timed out; denied by failurePolicy Fail");
+                    (
+                        Answer::deny(
+                            403,
+                            format!("policy '{policy}' with binding '{binding}' denied request: evaluation did not complete within {timeout}"),
+                        ),
+                        RequestResult::Timeout,
+                    )
+                }
+                None => {
+                    tracing::warn!(uid = %uid, timeout = %timeout,
+                        "evaluation timed out; admitted unchanged by failurePolicy Ignore");
+                    (Answer::allow(), RequestResult::Timeout)
+                }
+            }
+        }
+    };
+    let bytes = review::encode(version, &uid, &answer);
+    metrics.observe_request(&operation, &resource, result, started.elapsed());
+    reply(StatusCode::OK, "application/json", bytes)
+}
+
+/// How much of an oversized body is read and dropped before answering 413,
+/// so that the client, still writing, gets to read the answer.
+const DISCARD_LIMIT: u64 = 4 * MAX_BODY_BYTES as u64;
+
+enum BodyError {
+    TooLarge,
+    Read(String),
+}
+
+/// Reads a body of at most [`MAX_BODY_BYTES`]; of a larger one, reads and
+/// drops up to [`DISCARD_LIMIT`] bytes before reporting it too large.
+async fn read_body(mut body: Incoming, declared: Option<u64>) -> Result<Bytes, BodyError> {
+    let mut buf = bytes::BytesMut::with_capacity(
+        declared.map_or(16 * 1024, |n| n.min(MAX_BODY_BYTES as u64) as usize),
+    );
+    let mut total: u64 = 0;
+    let mut too_large = declared.is_some_and(|n| n > MAX_BODY_BYTES as u64);
+    if too_large && declared.is_some_and(|n| n > DISCARD_LIMIT) {
+        return Err(BodyError::TooLarge);
+    }
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total > MAX_BODY_BYTES as u64 {
+            too_large = true;
+            buf.clear();
+        }
+        if too_large {
+            if total > DISCARD_LIMIT {
+                break;
+            }
+        } else {
+            buf.extend_from_slice(&data);
+        }
+    }
+    if too_large {
+        Err(BodyError::TooLarge)
+    } else {
+        Ok(buf.freeze())
+    }
+}
+
+fn panic_answer() -> Answer {
+    Answer::deny(
+        500,
+        "This request caused apiserver to panic. Look in the logs for details.".into(),
+    )
+}
+
+/// A policy error seen during one admission.
+struct SeenError {
+    policy: String,
+    binding: String,
+    failure_policy: Option<FailurePolicy>,
+    message: String,
+}
+
+/// Feeds the per-policy metrics and keeps the errors for the log line.
+struct RequestObserver<'m> {
+    metrics: &'m Metrics,
+    errors: RefCell<Vec<SeenError>>,
+}
+
+impl AdmissionObserver for RequestObserver<'_> {
+    fn mutation(&self, policy: &str, binding: &str, elapsed: Duration, error: Option<&str>) {
+        self.metrics
+            .observe_check(policy, binding, elapsed, ErrorType::of(error));
+        if let Some(message) = error {
+            self.errors.borrow_mut().push(SeenError {
+                policy: policy.to_string(),
+                binding: binding.to_string(),
+                failure_policy: None,
+                message: message.to_string(),
+            });
+        }
+    }
+
+    fn policy_error(
+        &self,
+        policy: &str,
+        binding: &str,
+        failure_policy: FailurePolicy,
+        message: &str,
+    ) {
+        self.errors.borrow_mut().push(SeenError {
+            policy: policy.to_string(),
+            binding: binding.to_string(),
+            failure_policy: Some(failure_policy),
+            message: message.to_string(),
+        });
+    }
+
+    fn reinvocation(&self) {
+        self.metrics.observe_reinvocation();
+    }
+}
+
+/// Runs the admission (in the blocking pool), isolated from panics.
+fn evaluate(
+    engine: &Engine,
+    metrics: &Metrics,
+    request: AdmissionRequest,
+) -> (Answer, RequestResult) {
+    let observer = RequestObserver {
+        metrics,
+        errors: RefCell::new(Vec::new()),
+    };
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| engine.admit(&request, &observer)));
+    let errors = observer.errors.into_inner();
+    let uid = request.uid.as_str();
+    match outcome {
+        Err(_) => {
+            tracing::error!(uid = %uid, "evaluation panicked");
+            (panic_answer(), RequestResult::Panic)
+        }
+        Ok(Outcome::Denied { message, code }) => {
+            let cause = errors
+                .iter()
+                .find(|e| e.failure_policy == Some(FailurePolicy::Fail))
+                .or(errors.last());
+            let (policy, binding) = cause
+                .map(|e| (e.policy.as_str(), e.binding.as_str()))
+                .unwrap_or(("", ""));
+            tracing::info!(uid = %uid, policy = %policy, binding = %binding, code, denial = %message, "request denied");
+            (Answer::deny(code, message), RequestResult::Denied)
+        }
+        Ok(Outcome::Admitted { object, warnings }) => {
+            let ignored: Vec<&SeenError> = errors
+                .iter()
+                .filter(|e| e.failure_policy.is_some())
+                .collect();
+            if let Some(first) = ignored.first() {
+                tracing::warn!(uid = %uid, policy = %first.policy, binding = %first.binding,
+                    errors = ignored.len(), error = %first.message,
+                    "admitted despite policy errors (failurePolicy Ignore)");
+            }
+            let original = request.object.as_ref().unwrap_or(&serde_json::Value::Null);
+            let answer = Answer::admit(original, &object, warnings);
+            let result = if answer.patch.is_some() {
+                RequestResult::Patched
+            } else {
+                RequestResult::Allowed
+            };
+            (answer, result)
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! End-to-end tests of the `kmutate` command line: `apply`, `check` and
+//! `conformance` on files written to a temporary folder.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kmutate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kmutate"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("kmutate runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A fresh folder under the target directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: set-replicas}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [deployments]
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{spec: Object.spec{replicas: 3}}"
+"#;
+
+const BINDING: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: set-replicas}
+spec: {policyName: set-replicas}
+"#;
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  template: {spec: {containers: [{name: app, image: nginx}]}}
+"#;
+
+fn write(dir: &Path, name: &str, content: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn apply_prints_the_mutated_object_and_the_patch() {
+    let dir = scratch("apply");
+    let p = write(&dir, "policy.yaml", POLICY);
+    let b = write(&dir, "binding.yaml", BINDING);
+    let o = write(&dir, "deploy.yaml", DEPLOYMENT);
+    let out = kmutate(&[
+        "apply",
+        "--policies",
+        &p,
+        "--bindings",
+        &b,
+        "-f",
+        &o,
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["spec"]["replicas"], 3);
+    assert_eq!(
+        v["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx"
+    );
+
+    let out = kmutate(&[
+        "apply",
+        "--policies",
+        &p,
+        "--bindings",
+        &b,
+        "-f",
+        &o,
+        "-o",
+        "patch",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let patch: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([{"op": "replace", "path": "/spec/replicas", "value": 3}])
+    );
+}
+
+#[test]
+fn apply_exits_1_with_the_denial_message() {
+    let dir = scratch("deny");
+    let p = write(
+        &dir,
+        "policy.yaml",
+        &POLICY.replace(
+            "Object{spec: Object.spec{replicas: 3}}",
+            "Object{spec: Object.spec{selector: Object.spec.selector{matchLabels: {'a': 'b'}}}}",
+        ),
+    );
+    let b = write(&dir, "binding.yaml", BINDING);
+    let o = write(&dir, "deploy.yaml", DEPLOYMENT);
+    let out = kmutate(&["apply", "--policies", &p, "--bindings", &b, "-f", &o]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    // smd.go validatePatch, wrapped by the patcher and the dispatcher.
+    assert!(
+        err.contains("policy 'set-replicas' with binding 'set-replicas' denied request: error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .spec.selector"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_reports_file_document_policy_and_position() {
+    let dir = scratch("check");
+    let bad = POLICY.replace("Object{spec: Object.spec{replicas: 3}}", "Object{spec: ");
+    write(
+        &dir,
+        "policies.yaml",
+        &format!("{POLICY}---{}", bad.replace("set-replicas", "broken")),
+    );
+    write(&dir, "bindings.yaml", BINDING);
+    let out = kmutate(&["check", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("policies.yaml (document 1)"), "{stdout}");
+    assert!(stdout.contains("\"broken\""), "{stdout}");
+    assert!(
+        stdout.contains("spec.mutations[0].applyConfiguration.expression"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("compilation failed: ERROR: <input>:1:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("2 policies, 1 bindings, 1 problems"),
+        "{stdout}"
+    );
+
+    let out = kmutate(&["check", "policies", "bindings"]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn malformed_and_deeply_nested_input_is_an_error_not_a_crash() {
+    let dir = scratch("malformed");
+    let p = write(&dir, "policy.yaml", POLICY);
+    let b = write(&dir, "binding.yaml", BINDING);
+    for (name, content) in [
+        (
+            "broken.yaml",
+            "apiVersion: v1\nkind: [unclosed\n".to_string(),
+        ),
+        ("deep.json", "[".repeat(10_000) + &"]".repeat(10_000)),
+        ("wrong.yaml", "- just\n- a list\n".to_string()),
+    ] {
+        let o = write(&dir, name, &content);
+        let out = kmutate(&["apply", "--policies", &p, "--bindings", &b, "-f", &o]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.starts_with("error: "), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn conformance_reports_unreadable_files_and_counts() {
+    let dir = scratch("conformance");
+    write(&dir, "bad.yaml", "name: x\npolicies: [\n");
+    let case = format!(
+        "name: sets-replicas\npolicies:\n{}\nbindings:\n{}\nobject:\n{}\nexpect:\n  object:\n{}",
+        indent(POLICY),
+        indent(BINDING),
+        block(DEPLOYMENT, 2),
+        block(&DEPLOYMENT.replace("replicas: 1", "replicas: 3"), 4),
+    );
+    write(&dir, "good.yaml", &case);
+    let out = kmutate(&["conformance", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("FAIL "), "{stdout}");
+    assert!(stdout.contains("bad.yaml"), "{stdout}");
+    assert!(stdout.contains("ok sets-replicas"), "{stdout}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 passed, 1 failed"),
+        "{stdout}"
+    );
+}
+
+/// Indents a YAML mapping by `n` spaces.
+fn block(doc: &str, n: usize) -> String {
+    doc.trim()
+        .lines()
+        .map(|l| format!("{}{l}\n", " ".repeat(n)))
+        .collect()
+}
+
+/// Indents a YAML document as one item of a list.
+fn indent(doc: &str) -> String {
+    let mut out = String::new();
+    let mut first = true;
+    for line in doc.trim().lines() {
+        if first {
+            out.push_str("- ");
+            first = false;
+        } else {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,893 @@
+//! End-to-end tests of the admission webhook: a server started in-process
+//! on 127.0.0.1 (free ports), spoken to over TLS like kube-apiserver would,
+//! plus one run of the `kmutate serve` binary stopped by SIGTERM. Every test
+//! is bounded in time and stops by itself.
+
+use base64::Engine as _;
+use kmutate::webhook::client::{get_plain, Client, Connection};
+use kmutate::webhook::engine::EngineSources;
+use kmutate::webhook::tls::{self, CertFiles};
+use kmutate::webhook::{start, ServeConfig, Server, TlsSource};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs `f` on a fresh runtime, failing the test past `limit`; blocking
+/// evaluations still running at the end are abandoned, not awaited.
+fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(limit, f)
+            .await
+            .expect("test finished in time")
+    });
+    rt.shutdown_timeout(Duration::from_millis(100));
+}
+
+/// A fresh folder under the target directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("webhook")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn config(dir: &Path, policies: Vec<PathBuf>, bindings: Vec<PathBuf>) -> ServeConfig {
+    ServeConfig {
+        sources: EngineSources {
+            policies,
+            bindings,
+            resources: Vec::new(),
+        },
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        tls: TlsSource::SelfSigned {
+            dir: dir.join("tls"),
+            names: Vec::new(),
+        },
+        ..ServeConfig::new()
+    }
+}
+
+/// Writes `yaml` (policies and bindings) to `dir/policies.yaml`.
+fn write_policies(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("policies.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+async fn started(config: ServeConfig) -> Server {
+    let server = start(config).await.expect("server starts");
+    assert!(
+        server.wait_ready(Duration::from_secs(20)).await,
+        "policies load"
+    );
+    server
+}
+
+fn client(server: &Server, http2: bool) -> Client {
+    let ca = server.ca_bundle().expect("self-signed CA");
+    let config = tls::client_config(ca, None, &[]).unwrap();
+    Client::new(server.addr(), "localhost", config, http2).unwrap()
+}
+
+async fn connect(server: &Server) -> Connection {
+    client(server, false).connect().await.expect("connects")
+}
+
+async fn metrics_text(server: &Server) -> String {
+    let r = get_plain(server.metrics_addr().unwrap(), "/metrics")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+/// The value of the metric line starting with `prefix` (0 when absent).
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+fn review(api_version: &str, request: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "request": request,
+    }))
+    .unwrap()
+}
+
+fn request_for(
+    uid: &str,
+    group: &str,
+    version: &str,
+    kind: &str,
+    resource: &str,
+    object: &Value,
+) -> Value {
+    json!({
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": object["metadata"]["name"],
+        "namespace": "default",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": object,
+        "oldObject": null,
+        "dryRun": false,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    })
+}
+
+fn config_map(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": {"a": "b"}})
+}
+
+/// The answer's `response`, checked to be an AdmissionReview of `api_version` for `uid`.
+fn response(body: &Value, api_version: &str, uid: &str) -> Value {
+    assert_eq!(body["apiVersion"], api_version, "{body}");
+    assert_eq!(body["kind"], "AdmissionReview", "{body}");
+    assert_eq!(body["response"]["uid"], uid, "{body}");
+    body["response"].clone()
+}
+
+fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
+    let patch = response.get("patch")?.as_str()?;
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+#[test]
+fn deployment_create_gets_the_expected_patch() {
+    let dir = scratch("deployment");
+    run(Duration::from_secs(60), async {
+        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
+        let deployment = kmutate::api::load::parse_documents(&text)
+            .unwrap()
+            .remove(0);
+        let mut conn = connect(&server).await;
+        let mut expected = deployment.clone();
+        expected["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "kmutate"});
+        expected["spec"]["replicas"] = json!(2);
+
+        for (api_version, dry_run) in [
+            ("admission.k8s.io/v1", false),
+            ("admission.k8s.io/v1beta1", false),
+            ("admission.k8s.io/v1", true),
+        ] {
+            let mut request = request_for(
+                "d-1",
+                "apps",
+                "v1",
+                "Deployment",
+                "deployments",
+                &deployment,
+            );
+            request["dryRun"] = json!(dry_run);
+            let r = conn
+                .post("/mutate", review(api_version, request))
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert!(r.content_type.starts_with("application/json"));
+            let resp = response(&r.json().unwrap(), api_version, "d-1");
+            assert_eq!(resp["allowed"], true, "{resp}");
+            let patch = decoded_patch(&resp).expect("a patch");
+            let mut patched = deployment.clone();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            assert_eq!(
+                patched,
+                expected,
+                "{}",
+                serde_json::to_string(&patch).unwrap()
+            );
+        }
+
+        // HTTP/2 gives the same answer.
+        let mut h2 = client(&server, true).connect().await.unwrap();
+        assert_eq!(h2.protocol(), Some(&b"h2"[..]));
+        let r = h2
+            .post(
+                "/mutate",
+                review(
+                    "admission.k8s.io/v1",
+                    request_for(
+                        "d-2",
+                        "apps",
+                        "v1",
+                        "Deployment",
+                        "deployments",
+                        &deployment,
+                    ),
+                ),
+            )
+            .await
+            .unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "d-2");
+        assert!(decoded_patch(&resp).is_some());
+
+        let m = metrics_text(&server).await;
+        assert_eq!(
+            metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"deployments.apps\",result=\"patched\"}"),
+            4.0,
+            "{m}"
+        );
+        assert!(
+            metric(&m, "apiserver_mutating_admission_policy_check_total{policy=\"default-replicas\",policy_binding=\"default-replicas\",error_type=\"no_error\"}") >= 4.0,
+            "{m}"
+        );
+        assert_eq!(metric(&m, "kmutate_policies_loaded"), 3.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_policy_load_errors"), 0.0, "{m}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn unmatched_request_gets_no_patch_and_no_evaluation() {
+    let dir = scratch("unmatched");
+    run(Duration::from_secs(60), async {
+        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let mut conn = connect(&server).await;
+        let cm = config_map("settings");
+        let r = conn
+            .post(
+                "/mutate",
+                review(
+                    "admission.k8s.io/v1",
+                    request_for("u-1", "", "v1", "ConfigMap", "configmaps", &cm),
+                ),
+            )
+            .await
+            .unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "u-1");
+        assert_eq!(resp["allowed"], true);
+        assert!(
+            resp.get("patch").is_none() && resp.get("patchType").is_none(),
+            "{resp}"
+        );
+
+        // A DELETE of a Deployment matches no policy either.
+        let mut request = request_for(
+            "u-2",
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            &json!({"metadata": {"name": "x"}}),
+        );
+        request["operation"] = json!("DELETE");
+        request["oldObject"] = request["object"].take();
+        let r = conn
+            .post("/mutate", review("admission.k8s.io/v1", request))
+            .await
+            .unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "u-2");
+        assert_eq!(resp["allowed"], true);
+        assert!(resp.get("patch").is_none());
+
+        let m = metrics_text(&server).await;
+        assert!(
+            !m.contains("apiserver_mutating_admission_policy_check_total{"),
+            "no policy ran: {m}"
+        );
+        assert_eq!(
+            metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"configmaps\",result=\"allowed\"}"),
+            1.0,
+            "{m}"
+        );
+        // TLS 1.2 clients are served too.
+        let mut roots = rustls::RootCertStore::empty();
+        for c in tls::read_certs(server.ca_bundle().unwrap()).unwrap() {
+            roots.add(c).unwrap();
+        }
+        let tls12 = rustls::ClientConfig::builder_with_provider(tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut old = Client::new(server.addr(), "localhost", tls12, false)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(old.get("/healthz").await.unwrap().status, 200);
+
+        // Health endpoints.
+        assert_eq!(conn.get("/healthz").await.unwrap().status, 200);
+        assert_eq!(conn.get("/readyz").await.unwrap().status, 200);
+        assert_eq!(conn.get("/nowhere").await.unwrap().status, 404);
+        server.shutdown().await;
+    });
+}
+
+const FAILING: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: fails-closed}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+  failurePolicy: Fail
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: '[JSONPatch{op: "add", path: "/data/x", value: object.data.missing}]'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: fails-closed-binding}
+spec: {policyName: fails-closed}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: fails-open}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [secrets]
+  failurePolicy: Ignore
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: '[JSONPatch{op: "add", path: "/data/x", value: object.data.missing}]'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: fails-open-binding}
+spec: {policyName: fails-open}
+"#;
+
+#[test]
+fn failing_policy_denies_with_fail_and_admits_with_ignore() {
+    let dir = scratch("failure-policy");
+    run(Duration::from_secs(60), async {
+        let policies = write_policies(&dir, FAILING);
+        let server = started(config(&dir, vec![policies], vec![])).await;
+        let mut conn = connect(&server).await;
+
+        let cm = config_map("a");
+        let r = conn
+            .post(
+                "/mutate",
+                review(
+                    "admission.k8s.io/v1",
+                    request_for("f-1", "", "v1", "ConfigMap", "configmaps", &cm),
+                ),
+            )
+            .await
+            .unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "f-1");
+        assert_eq!(resp["allowed"], false, "{resp}");
+        assert_eq!(resp["status"]["code"], 403);
+        assert_eq!(resp["status"]["reason"], "Forbidden");
+        let message = resp["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("policy 'fails-closed' with binding 'fails-closed-binding' denied request: expression '[JSONPatch{op: \"add\", path: \"/data/x\", value: object.data.missing}]' resulted in error: no such key: missing"),
+            "{message}"
+        );
+        assert!(resp.get("patch").is_none());
+
+        let mut secret = config_map("s");
+        secret["kind"] = json!("Secret");
+        let r = conn
+            .post(
+                "/mutate",
+                review(
+                    "admission.k8s.io/v1",
+                    request_for("f-2", "", "v1", "Secret", "secrets", &secret),
+                ),
+            )
+            .await
+            .unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "f-2");
+        assert_eq!(resp["allowed"], true, "{resp}");
+        assert!(
+            resp.get("patch").is_none() && resp.get("status").is_none(),
+            "{resp}"
+        );
+
+        let m = metrics_text(&server).await;
+        assert_eq!(metric(&m, "apiserver_mutating_admission_policy_check_total{policy=\"fails-closed\",policy_binding=\"fails-closed-binding\",error_type=\"invalid_error\"}"), 1.0, "{m}");
+        assert_eq!(metric(&m, "apiserver_mutating_admission_policy_check_total{policy=\"fails-open\",policy_binding=\"fails-open-binding\",error_type=\"invalid_error\"}"), 1.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"configmaps\",result=\"denied\"}"), 1.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"secrets\",result=\"allowed\"}"), 1.0, "{m}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn bad_bodies_are_refused_and_the_server_keeps_serving() {
+    let dir = scratch("bad-bodies");
+    run(Duration::from_secs(60), async {
+        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let mut conn = connect(&server).await;
+
+        let r = conn.post("/mutate", "{\"apiVersion\": ").await.unwrap();
+        assert_eq!(r.status, 400);
+        assert!(r.text().contains("invalid AdmissionReview"), "{}", r.text());
+
+        let r = conn
+            .post("/mutate", r#"{"apiVersion":"v1","kind":"Pod"}"#)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400);
+        assert!(
+            r.text().contains("expected kind AdmissionReview"),
+            "{}",
+            r.text()
+        );
+
+        let deep = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"x","object":{}{}}}}}"#,
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        let r = conn.post("/mutate", deep).await.unwrap();
+        assert_eq!(r.status, 400);
+        assert!(r.text().contains("nests deeper"), "{}", r.text());
+
+        let r = conn.get("/mutate").await.unwrap();
+        assert_eq!(r.status, 405);
+
+        // Over 3 MiB: refused from Content-Length.
+        let mut big = config_map("big");
+        big["data"]["blob"] = json!("x".repeat(3 * 1024 * 1024 + 1));
+        let body = review(
+            "admission.k8s.io/v1",
+            request_for("b-1", "", "v1", "ConfigMap", "configmaps", &big),
+        );
+        let mut fresh = connect(&server).await;
+        let r = fresh.post("/mutate", body).await.unwrap();
+        assert_eq!(r.status, 413);
+
+        // Still serving, on the first connection and on new ones.
+        let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
+        let deployment = kmutate::api::load::parse_documents(&text)
+            .unwrap()
+            .remove(0);
+        let ok = review(
+            "admission.k8s.io/v1",
+            request_for("ok", "apps", "v1", "Deployment", "deployments", &deployment),
+        );
+        for c in [&mut conn, &mut connect(&server).await] {
+            let r = c.post("/mutate", ok.clone()).await.unwrap();
+            assert_eq!(r.status, 200);
+            assert!(
+                decoded_patch(&response(&r.json().unwrap(), "admission.k8s.io/v1", "ok")).is_some()
+            );
+        }
+
+        let m = metrics_text(&server).await;
+        assert_eq!(
+            metric(
+                &m,
+                "kmutate_webhook_requests_total{operation=\"\",resource=\"\",result=\"invalid\"}"
+            ),
+            3.0,
+            "{m}"
+        );
+        assert_eq!(
+            metric(
+                &m,
+                "kmutate_webhook_requests_total{operation=\"\",resource=\"\",result=\"too_large\"}"
+            ),
+            1.0,
+            "{m}"
+        );
+        assert_eq!(metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"deployments.apps\",result=\"patched\"}"), 2.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_webhook_request_duration_seconds_count{operation=\"\",resource=\"\",result=\"invalid\"}"), 3.0, "{m}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn a_certificate_replaced_on_disk_is_served_to_the_next_connection() {
+    let dir = scratch("rotation");
+    run(Duration::from_secs(60), async {
+        let (ca, ca_pem) = tls::new_ca("test CA").unwrap();
+        let ca_path = dir.join("ca.crt");
+        std::fs::write(&ca_path, ca_pem).unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        let first = tls::issue(&ca, "first", &["localhost".into()], true).unwrap();
+        std::fs::write(&files.cert, &first.cert_pem).unwrap();
+        std::fs::write(&files.key, &first.key_pem).unwrap();
+        let mut cfg = config(&dir, vec![repo("policies")], vec![repo("bindings")]);
+        cfg.tls = TlsSource::Files(files.clone());
+        let server = started(cfg).await;
+        // Without session resumption, so that each handshake shows the certificate.
+        let mut client_config = tls::client_config(&ca_path, None, &[]).unwrap();
+        client_config.resumption = rustls::client::Resumption::disabled();
+        let client = Client::new(server.addr(), "localhost", client_config, false).unwrap();
+        let der = |pem: &str| {
+            rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes())
+                .map(|c: rustls::pki_types::CertificateDer<'static>| c.to_vec())
+                .unwrap()
+        };
+
+        let mut old = client.connect().await.unwrap();
+        assert_eq!(
+            old.peer_certificate().unwrap().to_vec(),
+            der(&first.cert_pem)
+        );
+
+        // cert-manager style: new files moved into place.
+        let second = tls::issue(&ca, "second", &["localhost".into()], true).unwrap();
+        std::fs::write(dir.join("tls.crt.new"), &second.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key.new"), &second.key_pem).unwrap();
+        std::fs::rename(dir.join("tls.key.new"), &files.key).unwrap();
+        std::fs::rename(dir.join("tls.crt.new"), &files.cert).unwrap();
+
+        let mut new = client.connect().await.unwrap();
+        assert_eq!(
+            new.peer_certificate().unwrap().to_vec(),
+            der(&second.cert_pem)
+        );
+        // The open connection was not dropped.
+        assert_eq!(old.get("/healthz").await.unwrap().status, 200);
+        assert_eq!(new.get("/healthz").await.unwrap().status, 200);
+
+        let m = metrics_text(&server).await;
+        assert_eq!(
+            metric(&m, "kmutate_certificate_reloads_total{result=\"success\"}"),
+            1.0,
+            "{m}"
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn client_certificates_are_required_with_a_client_ca() {
+    let dir = scratch("mtls");
+    run(Duration::from_secs(60), async {
+        let (ca, ca_pem) = tls::new_ca("clients").unwrap();
+        let client_ca = dir.join("clients.crt");
+        std::fs::write(&client_ca, ca_pem).unwrap();
+        let identity = tls::issue(&ca, "kube-apiserver", &[], false).unwrap();
+        let id_files = CertFiles {
+            cert: dir.join("client.crt"),
+            key: dir.join("client.key"),
+        };
+        std::fs::write(&id_files.cert, &identity.cert_pem).unwrap();
+        std::fs::write(&id_files.key, &identity.key_pem).unwrap();
+        let mut cfg = config(&dir, vec![repo("policies")], vec![repo("bindings")]);
+        cfg.client_ca = Some(client_ca);
+        let server = started(cfg).await;
+        let ca = server.ca_bundle().unwrap().to_path_buf();
+
+        let anonymous = Client::new(
+            server.addr(),
+            "localhost",
+            tls::client_config(&ca, None, &[]).unwrap(),
+            false,
+        )
+        .unwrap();
+        let refused = match anonymous.connect().await {
+            Err(_) => true,
+            // TLS 1.3: the refusal may arrive with the first request.
+            Ok(mut c) => c.get("/healthz").await.is_err(),
+        };
+        assert!(refused, "a client without a certificate is refused");
+
+        let known = Client::new(
+            server.addr(),
+            "localhost",
+            tls::client_config(&ca, Some(&id_files), &[]).unwrap(),
+            false,
+        )
+        .unwrap();
+        let mut c = known.connect().await.unwrap();
+        assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+        server.shutdown().await;
+    });
+}
+
+/// A policy whose expression takes a while (nested comprehensions).
+fn slow_policy(name: &str, resource: &str, failure_policy: &str, width: usize) -> String {
+    let list = format!(
+        "[{}]",
+        (0..width)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [{resource}]
+  failurePolicy: {failure_policy}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: '{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0))) ? [JSONPatch{{op: "add", path: "/data/slow", value: "yes"}}] : []'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec: {{policyName: {name}}}
+"#
+    )
+}
+
+#[test]
+fn a_request_past_the_timeout_gets_its_failure_policy() {
+    let dir = scratch("timeout");
+    run(Duration::from_secs(90), async {
+        let yaml = slow_policy("slow-closed", "configmaps", "Fail", 24)
+            + "---\n"
+            + &slow_policy("slow-open", "secrets", "Ignore", 24);
+        let policies = write_policies(&dir, &yaml);
+        let cm = review(
+            "admission.k8s.io/v1",
+            request_for("t-1", "", "v1", "ConfigMap", "configmaps", &config_map("c")),
+        );
+        let mut secret = config_map("s");
+        secret["kind"] = json!("Secret");
+        let secret = review(
+            "admission.k8s.io/v1",
+            request_for("t-2", "", "v1", "Secret", "secrets", &secret),
+        );
+
+        // How long the evaluation takes here (debug or release build).
+        let calibrate = started(config(&dir.join("a"), vec![policies.clone()], vec![])).await;
+        let mut conn = connect(&calibrate).await;
+        let t = Instant::now();
+        let r = conn.post("/mutate", cm.clone()).await.unwrap();
+        let took = t.elapsed();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "t-1");
+        assert!(decoded_patch(&resp).is_some(), "{resp}");
+        calibrate.shutdown().await;
+
+        let mut cfg = config(&dir.join("b"), vec![policies], vec![]);
+        cfg.timeout = (took / 5).max(Duration::from_millis(2));
+        let server = started(cfg).await;
+        let mut conn = connect(&server).await;
+        let r = conn.post("/mutate", cm).await.unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "t-1");
+        assert_eq!(resp["allowed"], false, "{resp}");
+        let message = resp["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("policy 'slow-closed' with binding 'slow-closed' denied request: evaluation did not complete within"),
+            "{message}"
+        );
+        let r = conn.post("/mutate", secret).await.unwrap();
+        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "t-2");
+        assert_eq!(resp["allowed"], true, "{resp}");
+        assert!(resp.get("patch").is_none(), "{resp}");
+        let m = metrics_text(&server).await;
+        assert_eq!(metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"configmaps\",result=\"timeout\"}"), 1.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_webhook_requests_total{operation=\"CREATE\",resource=\"secrets\",result=\"timeout\"}"), 1.0, "{m}");
+        // The server still answers while the abandoned evaluations finish.
+        assert_eq!(conn.get("/healthz").await.unwrap().status, 200);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn shutdown_during_load_loses_no_accepted_request() {
+    let dir = scratch("drain");
+    run(Duration::from_secs(90), async {
+        let policies = write_policies(&dir, &slow_policy("drain", "configmaps", "Fail", 8));
+        let server = started(config(&dir, vec![policies], vec![])).await;
+        let client = client(&server, false);
+        let body = bytes::Bytes::from(review(
+            "admission.k8s.io/v1",
+            request_for("l", "", "v1", "ConfigMap", "configmaps", &config_map("c")),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (client, body, stop, answered) =
+                (client.clone(), body.clone(), stop.clone(), answered.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut conn: Option<Connection> = None;
+                let mut refused = 0u32;
+                while !stop.load(Ordering::SeqCst) && refused < 50 {
+                    if conn.is_none() {
+                        match client.connect().await {
+                            Ok(c) => conn = Some(c),
+                            Err(_) => {
+                                // Listener closed: no new connection is accepted.
+                                refused += 1;
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                continue;
+                            }
+                        }
+                    }
+                    let c = conn.as_mut().unwrap();
+                    match c.post("/mutate", body.clone()).await {
+                        Ok(r) => {
+                            assert_eq!(r.status, 200, "{}", r.text());
+                            let v = r.json().unwrap();
+                            assert_eq!(v["response"]["allowed"], true, "{v}");
+                            answered.fetch_add(1, Ordering::SeqCst);
+                        }
+                        // The server closed the connection before reading the request.
+                        Err(_) => conn = None,
+                    }
+                    if conn.as_ref().is_some_and(|c| !c.is_open()) {
+                        conn = None;
+                    }
+                }
+            }));
+        }
+        // Let the load run, then shut down with requests in flight.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while answered.load(Ordering::SeqCst) < 40 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut server = server;
+        server.shutdown_handle().shutdown();
+        server.wait().await;
+        stop.store(true, Ordering::SeqCst);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let received = server.requests_received();
+        assert!(received >= 40, "{received}");
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            received,
+            "every request the server read was answered"
+        );
+        // Nothing is accepted any more.
+        assert!(client.connect().await.is_err());
+    });
+}
+
+#[cfg(unix)]
+#[test]
+fn the_serve_binary_drains_and_exits_on_sigterm() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let dir = scratch("sigterm");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kmutate"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--log-format", "json", "--timeout", "5s"])
+        .arg("--cert-dir")
+        .arg(dir.join("tls"))
+        .arg("--policies")
+        .arg(repo("policies"))
+        .arg("--bindings")
+        .arg(repo("bindings"))
+        .current_dir(&dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kmutate serve starts");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if lines_tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let next = |what: &str| -> Value {
+        loop {
+            match lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(v)
+                    if v["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(what)) =>
+                {
+                    return v
+                }
+                Ok(_) => {}
+                Err(e) => panic!("no log line containing {what:?}: {e}"),
+            }
+        }
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let serving = next("serving POST /mutate");
+        let addr: std::net::SocketAddr = serving["fields"]["listen"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        next("policies loaded");
+        run(Duration::from_secs(30), async {
+            let config = tls::client_config(&dir.join("tls/ca.crt"), None, &[]).unwrap();
+            let client = Client::new(addr, "localhost", config, false).unwrap();
+            let mut conn = client.connect().await.unwrap();
+            let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
+            let deployment = kmutate::api::load::parse_documents(&text)
+                .unwrap()
+                .remove(0);
+            let r = conn
+                .post(
+                    "/mutate",
+                    review(
+                        "admission.k8s.io/v1",
+                        request_for(
+                            "s-1",
+                            "apps",
+                            "v1",
+                            "Deployment",
+                            "deployments",
+                            &deployment,
+                        ),
+                    ),
+                )
+                .await
+                .unwrap();
+            let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "s-1");
+            assert!(decoded_patch(&resp).is_some());
+        });
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        next("drained");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "{status}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kmutate serve exits after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }));
+    if result.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    result.unwrap();
+}
