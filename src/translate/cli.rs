@@ -78,8 +78,14 @@ pub fn translate_cmd(args: TranslateArgs) -> anyhow::Result<ExitCode> {
             for w in &t.warnings {
                 eprintln!("warning: {w}");
             }
-            print!("{}", t.to_yaml().map_err(anyhow::Error::msg)?);
-            Ok(ExitCode::SUCCESS)
+            let yaml = t.to_yaml().map_err(anyhow::Error::msg)?;
+            use std::io::Write as _;
+            match std::io::stdout().lock().write_all(yaml.as_bytes()) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                // A closed pipe (`| head`) is not an error of the translation.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+                Err(e) => Err(e.into()),
+            }
         }
         Err(e @ TranslateError::Untranslatable { .. }) => {
             eprintln!("error: {e} (--skip-untranslatable drops such rules)");

@@ -108,6 +108,19 @@ pub fn translate_file(
             out.extend(translate_block(doc, t, base, opts)?);
         }
     }
+    let mut names = std::collections::BTreeSet::new();
+    for p in &out.policies {
+        let name = p
+            .pointer("/metadata/name")
+            .and_then(Json::as_str)
+            .unwrap_or("");
+        if !names.insert(name.to_string()) {
+            return Err(invalid(format!(
+                "{}: two mutation blocks translate to policy {name:?} (same kind in two groups?); translate them one at a time with --target",
+                path.display()
+            )));
+        }
+    }
     if !found {
         return Err(invalid(format!(
             "{}: no mutation block{}",
