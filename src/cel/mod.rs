@@ -2,6 +2,7 @@
 //! crate: compiling (parse, Kubernetes rewrites), the `Object` and
 //! `JSONPatch` types, JSON conversions and the Kubernetes libraries.
 
+mod check;
 pub mod convert;
 pub mod cost;
 mod library;
@@ -185,13 +186,17 @@ impl CelEnvironment {
         metered: bool,
     ) -> Result<CompiledExpression, CompileError> {
         let parser = self.env.parser().max_recursion_depth(MAX_PARSE_DEPTH);
-        let mut ast = parser.parse(source).map_err(|e| CompileError {
-            message: e.to_string(),
-        })?;
+        let (mut ast, source_info) =
+            parser
+                .parse_with_source_info(source)
+                .map_err(|e| CompileError {
+                    message: e.to_string(),
+                })?;
         let mut next_id = max_id(&ast) + 1;
         rewrite::rewrite(&mut ast, &mut next_id).map_err(|m| CompileError {
             message: format!("ERROR: <input>:1:1: {m}"),
         })?;
+        check::check(&self.env, &ast, &source_info).map_err(|message| CompileError { message })?;
         let mut identifiers = Vec::new();
         collect_identifiers(&ast, &mut identifiers);
         identifiers.sort();
