@@ -426,6 +426,24 @@ mod tests {
     }
 
     #[test]
+    fn cel_bind() {
+        // cel-go ext/bindings_test.go and the cel.bind documentation.
+        assert_eq!(
+            eval_json("cel.bind(a, 'hello', a + a) == 'hellohello'").unwrap(),
+            true
+        );
+        assert_eq!(
+            eval_json("cel.bind(valid_elems, [1, 2, 3], [3, 4, 5].exists(e, e in valid_elems))")
+                .unwrap(),
+            true
+        );
+        assert_eq!(
+            eval_json("cel.bind(a, 1, cel.bind(b, a + 1, a + b))").unwrap(),
+            3
+        );
+    }
+
+    #[test]
     fn escape_key() {
         assert_eq!(
             eval_json("jsonpatch.escapeKey('k8s.io/x~y')").unwrap(),
