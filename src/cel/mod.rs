@@ -217,14 +217,21 @@ impl CelEnvironment {
 
 /// Every identifier of the tree (variables, comprehension variables).
 fn collect_identifiers(e: &IdedExpr, out: &mut Vec<String>) {
+    if let cel::common::ast::Expr::Ident(name) = &e.expr {
+        out.push(name.clone());
+    }
+    for_each_child(e, &mut |c| collect_identifiers(c, out));
+}
+
+/// Calls `f` on each direct sub-expression of `e`.
+fn for_each_child<'e>(e: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
     use cel::common::ast::{EntryExpr, Expr};
     match &e.expr {
-        Expr::Ident(name) => out.push(name.clone()),
         Expr::Call(c) => {
             if let Some(t) = &c.target {
-                collect_identifiers(t, out);
+                f(t);
             }
-            c.args.iter().for_each(|a| collect_identifiers(a, out));
+            c.args.iter().for_each(&mut *f);
         }
         Expr::Comprehension(c) => {
             for x in [
@@ -234,27 +241,27 @@ fn collect_identifiers(e: &IdedExpr, out: &mut Vec<String>) {
                 &c.loop_step,
                 &c.result,
             ] {
-                collect_identifiers(x, out);
+                f(x);
             }
         }
-        Expr::List(l) => l.elements.iter().for_each(|x| collect_identifiers(x, out)),
+        Expr::List(l) => l.elements.iter().for_each(&mut *f),
         Expr::Map(m) => {
             for en in &m.entries {
                 if let EntryExpr::MapEntry(me) = &en.expr {
-                    collect_identifiers(&me.key, out);
-                    collect_identifiers(&me.value, out);
+                    f(&me.key);
+                    f(&me.value);
                 }
             }
         }
-        Expr::Select(sel) => collect_identifiers(&sel.operand, out),
+        Expr::Select(sel) => f(&sel.operand),
         Expr::Struct(st) => {
             for en in &st.entries {
-                if let EntryExpr::StructField(f) = &en.expr {
-                    collect_identifiers(&f.value, out);
+                if let EntryExpr::StructField(fe) = &en.expr {
+                    f(&fe.value);
                 }
             }
         }
-        Expr::Literal(_) | Expr::Unspecified => {}
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
@@ -298,46 +305,8 @@ fn check_nesting(source: &str) -> Result<(), CompileError> {
 }
 
 fn max_id(e: &IdedExpr) -> u64 {
-    use cel::common::ast::{EntryExpr, Expr};
     let mut m = e.id;
-    let mut visit = |x: &IdedExpr| m = m.max(max_id(x));
-    match &e.expr {
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                visit(t);
-            }
-            c.args.iter().for_each(visit);
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                visit(x);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(visit),
-        Expr::Map(mp) => {
-            for en in &mp.entries {
-                if let EntryExpr::MapEntry(me) = &en.expr {
-                    visit(&me.key);
-                    visit(&me.value);
-                }
-            }
-        }
-        Expr::Select(s) => visit(&s.operand),
-        Expr::Struct(s) => {
-            for en in &s.entries {
-                if let EntryExpr::StructField(f) = &en.expr {
-                    visit(&f.value);
-                }
-            }
-        }
-        _ => {}
-    }
+    for_each_child(e, &mut |c| m = m.max(max_id(c)));
     m
 }
 
