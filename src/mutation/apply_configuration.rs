@@ -61,6 +61,27 @@ pub enum ApplyError {
 /// map or associative list (which are kept). Keys keep the object's order,
 /// new keys are appended.
 pub fn apply_configuration(live: &Value, patch: &Value, ty: &TypeRef) -> Result<Value, ApplyError> {
+    apply_configuration_to(live, LiveObject::Unchecked, patch, ty)
+}
+
+/// What the caller knows of the object an apply configuration merges into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveObject {
+    /// Nothing: it is validated against the schema first, as upstream does.
+    Unchecked,
+    /// It already passed that validation (it is the unchanged result of an
+    /// earlier check or merge), so validating it again cannot fail.
+    Valid,
+}
+
+/// [`apply_configuration`], skipping the validation of `live` when it is
+/// known to pass ([`LiveObject::Valid`]).
+pub fn apply_configuration_to(
+    live: &Value,
+    known: LiveObject,
+    patch: &Value,
+    ty: &TypeRef,
+) -> Result<Value, ApplyError> {
     let schema: &SchemaData = &ty.schema;
     let mut patch = patch.clone();
     if let Value::Object(p) = &mut patch {
@@ -94,9 +115,11 @@ pub fn apply_configuration(live: &Value, patch: &Value, ty: &TypeRef) -> Result<
         return Err(ApplyError::AtomicMutation(atomics));
     }
 
-    let errs = typed::validate(schema, &ty.spec, live, true);
-    if !errs.is_empty() {
-        return Err(ApplyError::ConvertOriginal(ValidationErrors(errs)));
+    if known == LiveObject::Unchecked {
+        let errs = typed::validate(schema, &ty.spec, live, true);
+        if !errs.is_empty() {
+            return Err(ApplyError::ConvertOriginal(ValidationErrors(errs)));
+        }
     }
 
     let merger = Merger { schema };

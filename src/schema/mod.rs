@@ -11,6 +11,7 @@ mod builtin;
 mod crd;
 
 pub(crate) mod model;
+pub mod subtree;
 pub(crate) mod typed;
 mod unknown;
 
@@ -31,6 +32,13 @@ pub struct TypeRef {
 }
 
 impl TypeRef {
+    /// Whether both name the same type of the same schema table.
+    pub fn same_as(&self, other: &TypeRef) -> bool {
+        Arc::ptr_eq(&self.schema, &other.schema)
+            && self.name().is_some()
+            && self.name() == other.name()
+    }
+
     /// The type's name: the OpenAPI definition name for built-in kinds,
     /// `group/version.Kind` for CRD kinds, `__untyped_deduced_` for [`deduced`].
     pub fn name(&self) -> Option<&str> {

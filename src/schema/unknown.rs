@@ -11,8 +11,20 @@ use super::typed::MAX_DEPTH;
 const MAX_ERRORS: usize = 100;
 
 pub(crate) fn collect(schema: &SchemaData, spec: &TypeSpec, value: &Value) -> Vec<String> {
+    collect_at(schema, spec, value, true)
+}
+
+/// [`collect`] for a subtree of type `spec`; `root` tells whether it is the
+/// whole object (where `apiVersion` and `kind` are always known). Paths are
+/// relative to the subtree.
+pub(crate) fn collect_at(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    value: &Value,
+    root: bool,
+) -> Vec<String> {
     let mut out = Vec::new();
-    walk(schema, spec, value, "", true, 0, &mut out);
+    walk(schema, spec, value, "", root, 0, &mut out);
     out
 }
 

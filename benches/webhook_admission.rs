@@ -1,0 +1,81 @@
+//! In-process cost of one webhook request on the `bench/webhook/` fixture
+//! (a 5 KB Pod and ten matching policies): decoding the review, the
+//! admission, and encoding the answer, without HTTP or TLS.
+
+use criterion::{criterion_group, Criterion};
+use kmutate::authorizer::AlwaysDeny;
+use kmutate::dispatch::Outcome;
+use kmutate::matching::complete_request;
+use kmutate::webhook::engine::{Engine, EngineSources};
+use kmutate::webhook::review::{self, Answer};
+use std::hint::black_box;
+use std::path::PathBuf;
+
+// As the binary (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+struct NoMetrics;
+impl kmutate::dispatch::AdmissionObserver for NoMetrics {}
+
+fn fixture() -> (Engine, Vec<u8>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook");
+    let sources = EngineSources {
+        policies: vec![dir.join("policies")],
+        bindings: vec![dir.join("bindings")],
+        resources: vec![dir.join("resources")],
+    };
+    let engine = Engine::load(&sources, Box::new(AlwaysDeny));
+    assert!(engine.problems().is_empty(), "{:?}", engine.problems());
+    let body = std::fs::read(dir.join("review.json")).expect("bench/webhook/review.json");
+    (engine, body)
+}
+
+#[inline(never)]
+fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
+    let mut review = review::decode(body).expect("fixture decodes");
+    complete_request(&mut review.request, engine.resources());
+    let answer = match engine.admit(&review.request, &NoMetrics) {
+        Outcome::Admitted { object, warnings } => {
+            let original = review
+                .request
+                .object
+                .as_ref()
+                .expect("CREATE has an object");
+            Answer::admit(original, &object, warnings)
+        }
+        Outcome::Denied { message, code } => Answer::deny(code, message),
+    };
+    review::encode(review.version, &review.request.uid, &answer)
+}
+
+fn webhook_admission(c: &mut Criterion) {
+    let (engine, body) = fixture();
+    let answer = serve_one(&engine, &body);
+    assert!(
+        String::from_utf8_lossy(&answer).contains("\"patch\""),
+        "the fixture's policies patch the Pod"
+    );
+    c.bench_function("webhook-fixture-request", |b| {
+        b.iter(|| serve_one(&engine, black_box(&body)))
+    });
+}
+
+criterion_group!(benches, webhook_admission);
+
+/// Criterion's main, or with `KMUTATE_PROFILE_ITERATIONS=N` exactly N
+/// requests and no measurement, for instruction counts under callgrind.
+fn main() {
+    if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let (engine, body) = fixture();
+        for _ in 0..n {
+            black_box(serve_one(&engine, black_box(&body)));
+        }
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

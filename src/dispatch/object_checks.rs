@@ -1,0 +1,83 @@
+//! What the schema checks of earlier mutations showed of the current object.
+//!
+//! Upstream checks the whole object at every mutation: an apply
+//! configuration first validates the live object against the schema, a JSON
+//! patch's result is strictly decoded. Within one admission the object only
+//! changes through those mutations, so once a check passed it need not run
+//! again on the whole object: a merge of a valid object and a valid patch is
+//! valid, and a JSON patch can only break what it wrote
+//! ([`crate::schema::subtree`]). The messages stay upstream's: whenever a
+//! shortcut cannot vouch for the object, the whole-object check runs.
+
+use crate::mutation::apply_configuration::LiveObject;
+use crate::mutation::json_patch::PatchOperation;
+use crate::schema::{subtree, unknown_fields, TypeRef};
+use serde_json::Value as Json;
+
+/// Facts about the current object of an admission, for one schema type.
+#[derive(Default)]
+pub(crate) struct ObjectChecks {
+    /// The type the facts hold for; a different one knows nothing.
+    ty: Option<TypeRef>,
+    /// The object passes SMD's typed validation (duplicates allowed).
+    typed_valid: bool,
+    /// The object has no field strict decoding rejects.
+    strict_clean: bool,
+}
+
+impl ObjectChecks {
+    /// Forgets what was known unless it was known for `ty`.
+    fn retarget(&mut self, ty: &TypeRef) {
+        if !self.ty.as_ref().is_some_and(|t| t.same_as(ty)) {
+            *self = ObjectChecks {
+                ty: Some(ty.clone()),
+                ..ObjectChecks::default()
+            };
+        }
+    }
+
+    /// How an apply configuration of type `ty` may treat the current object.
+    pub(crate) fn live(&mut self, ty: &TypeRef) -> LiveObject {
+        self.retarget(ty);
+        if self.typed_valid {
+            LiveObject::Valid
+        } else {
+            LiveObject::Unchecked
+        }
+    }
+
+    /// An apply configuration of `patch` succeeded: the new object passed
+    /// the live validation (or was known to) and merged a validated patch.
+    pub(crate) fn applied(&mut self, ty: &TypeRef, patch: &Json) {
+        self.retarget(ty);
+        self.typed_valid = true;
+        self.strict_clean = self.strict_clean && unknown_fields(patch, ty).is_empty();
+    }
+
+    /// The fields of `patched`, the result of `ops` on the current object,
+    /// that strict decoding rejects (in upstream's order). When none, the
+    /// facts move to `patched`.
+    pub(crate) fn strict_errors(
+        &mut self,
+        ty: &TypeRef,
+        ops: &[PatchOperation],
+        patched: &Json,
+    ) -> Vec<String> {
+        self.retarget(ty);
+        let dests = ops
+            .iter()
+            .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
+            .map(|op| op.path.as_str());
+        let roots = subtree::written_roots(patched, dests);
+        let clean = self.strict_clean && subtree::strict_clean_under(patched, ty, &roots);
+        if !clean {
+            let unknown = unknown_fields(patched, ty);
+            if !unknown.is_empty() {
+                return unknown;
+            }
+        }
+        self.strict_clean = true;
+        self.typed_valid = self.typed_valid && subtree::typed_valid_under(patched, ty, &roots);
+        Vec::new()
+    }
+}
