@@ -4,6 +4,7 @@
 //! copying it: only the containers are allocated. CEL to JSON is used on a
 //! mutation's result, which is small.
 
+use super::access::Access;
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
     CelString, CelStruct, CelUInt,
@@ -40,6 +41,25 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
             }
             Box::new(CelMap::from(out))
         }
+    }
+}
+
+/// Converts the part of `value` that `access` says can be observed (see
+/// [`Access`]): a JSON object read only through selections becomes a map of
+/// the selected fields it has; anything else is converted whole.
+pub fn json_to_val_for<'a>(value: &'a Json, access: &Access) -> Box<dyn Val + 'a> {
+    match (value, access) {
+        (Json::Object(map), Access::Fields(fields)) => {
+            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
+                HashMap::with_capacity(fields.len());
+            for (field, inner) in fields {
+                if let Some((k, v)) = map.get_key_value(field.as_str()) {
+                    out.insert(CelMapKey::from(k.as_str()), json_to_val_for(v, inner));
+                }
+            }
+            Box::new(CelMap::from(out))
+        }
+        _ => json_to_val(value),
     }
 }
 

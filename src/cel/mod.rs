@@ -2,6 +2,7 @@
 //! crate: compiling (parse, Kubernetes rewrites), the `Object` and
 //! `JSONPatch` types, JSON conversions and the Kubernetes libraries.
 
+pub mod access;
 mod check;
 pub mod convert;
 pub mod cost;
@@ -218,7 +219,8 @@ impl CelEnvironment {
 /// Every identifier of the tree (variables, comprehension variables).
 fn collect_identifiers(e: &IdedExpr, out: &mut Vec<String>) {
     if let cel::common::ast::Expr::Ident(name) = &e.expr {
-        out.push(name.clone());
+        // `.name` is the absolute form of `name`.
+        out.push(name.strip_prefix('.').unwrap_or(name).to_string());
     }
     for_each_child(e, &mut |c| collect_identifiers(c, out));
 }

@@ -2,7 +2,8 @@
 //! `request`, `params`, `namespaceObject`, `authorizer` and the lazily
 //! evaluated `variables`.
 
-use crate::cel::convert::json_to_val;
+use crate::cel::access::Access;
+use crate::cel::convert::json_to_val_for;
 use crate::cel::cost::{OUT_OF_BUDGET, RUNTIME_CEL_COST_BUDGET};
 use crate::cel::{error_text, CelEnvironment, CompiledExpression};
 use cel::common::traits::Indexer;
@@ -23,8 +24,14 @@ pub struct CompiledVariable {
     pub expression: Result<CompiledExpression, String>,
 }
 
-/// A JSON input, its name and its CEL form once converted.
-type LazyInput<'a> = (&'static str, &'a Json, OnceLock<Box<dyn Val + 'a>>);
+/// A JSON input: its name, what the expressions can observe of it, and its
+/// CEL form once converted.
+type LazyInput<'a> = (
+    &'static str,
+    &'a Json,
+    &'a Access,
+    OnceLock<Box<dyn Val + 'a>>,
+);
 
 /// The inputs of one invocation, with the memo of its variables.
 ///
@@ -51,11 +58,12 @@ impl std::fmt::Debug for Activation<'_> {
 }
 
 impl<'a> Activation<'a> {
-    /// An activation over JSON inputs, other inputs (name, value) and the
+    /// An activation over JSON inputs (name, value, what the expressions
+    /// and variables can observe of it), other inputs (name, value) and the
     /// policy's variables.
     pub fn new(
         env: &'a CelEnvironment,
-        json_inputs: Vec<(&'static str, &'a Json)>,
+        json_inputs: Vec<(&'static str, &'a Json, &'a Access)>,
         inputs: Vec<(&'static str, Box<dyn Val + 'a>)>,
         variables: &'a [CompiledVariable],
     ) -> Self {
@@ -63,7 +71,7 @@ impl<'a> Activation<'a> {
             env,
             json_inputs: json_inputs
                 .into_iter()
-                .map(|(name, json)| (name, json, OnceLock::new()))
+                .map(|(name, json, access)| (name, json, access, OnceLock::new()))
                 .collect(),
             inputs,
             variables,
@@ -170,13 +178,13 @@ impl VariableResolver for Activation<'_> {
         if variable == "variables" {
             return Some(CowVal::Owned(Box::new(VariablesView { activation: self })));
         }
-        if let Some((_, json, cell)) = self
+        if let Some((_, json, access, cell)) = self
             .json_inputs
             .iter()
-            .find(|(name, _, _)| *name == variable)
+            .find(|(name, _, _, _)| *name == variable)
         {
             return Some(CowVal::Borrowed(
-                cell.get_or_init(|| json_to_val(json)).as_ref(),
+                cell.get_or_init(|| json_to_val_for(json, access)).as_ref(),
             ));
         }
         self.inputs

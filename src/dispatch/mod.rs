@@ -11,6 +11,7 @@ mod params;
 
 use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
 use crate::authorizer::{Authorizer, CachingAuthorizer};
+use crate::cel::access::Access;
 use crate::cel::authz;
 use crate::cel::convert::val_to_json;
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
@@ -40,6 +41,42 @@ pub struct CompiledPolicy {
     reads_request: bool,
     /// Whether any expression reads `namespaceObject`.
     reads_namespace_object: bool,
+    /// What the match conditions' activation can observe of its inputs.
+    match_access: InputAccess,
+    /// What each mutation's activation can observe of its inputs.
+    mutation_access: Vec<InputAccess>,
+}
+
+/// The JSON inputs of an activation, in this order.
+const JSON_INPUTS: [&str; 5] = [
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+];
+
+/// What an activation's expressions can observe of each of [`JSON_INPUTS`]:
+/// theirs and every variable's (any may be evaluated).
+#[derive(Debug, Default)]
+struct InputAccess([Access; 5]);
+
+impl InputAccess {
+    fn of<'e>(
+        expressions: impl IntoIterator<Item = &'e Result<CompiledExpression, String>>,
+        variables: &'e [CompiledVariable],
+    ) -> InputAccess {
+        let mut access = InputAccess::default();
+        let all = expressions
+            .into_iter()
+            .chain(variables.iter().map(|v| &v.expression));
+        for expr in all.filter_map(|e| e.as_ref().ok()) {
+            for (slot, name) in access.0.iter_mut().zip(JSON_INPUTS) {
+                slot.merge(&Access::of(expr.ast(), name));
+            }
+        }
+        access
+    }
 }
 
 /// A compile problem of one expression.
@@ -82,7 +119,7 @@ impl CompiledPolicy {
                 Err(e.to_string())
             }
         };
-        let match_conditions = policy
+        let match_conditions: Vec<(String, Result<CompiledExpression, String>)> = policy
             .match_conditions
             .iter()
             .enumerate()
@@ -96,7 +133,7 @@ impl CompiledPolicy {
                 )
             })
             .collect();
-        let variables = policy
+        let variables: Vec<CompiledVariable> = policy
             .variables
             .iter()
             .enumerate()
@@ -105,7 +142,7 @@ impl CompiledPolicy {
                 expression: compile(format!("spec.variables[{i}].expression"), &v.expression),
             })
             .collect();
-        let mutations = policy
+        let mutations: Vec<(PatchType, Result<CompiledExpression, String>)> = policy
             .mutations
             .iter()
             .enumerate()
@@ -125,6 +162,12 @@ impl CompiledPolicy {
             .collect();
         (
             {
+                let match_access =
+                    InputAccess::of(match_conditions.iter().map(|(_, e)| e), &variables);
+                let mutation_access = mutations
+                    .iter()
+                    .map(|(_, e)| InputAccess::of([e], &variables))
+                    .collect();
                 let mut compiled = CompiledPolicy {
                     policy,
                     match_conditions,
@@ -132,6 +175,8 @@ impl CompiledPolicy {
                     mutations,
                     reads_request: false,
                     reads_namespace_object: false,
+                    match_access,
+                    mutation_access,
                 };
                 compiled.reads_request = compiled.reads("request");
                 compiled.reads_namespace_object = compiled.reads("namespaceObject");
@@ -518,11 +563,14 @@ impl PolicySet {
                 let act = Activation::new(
                     &self.env,
                     json_inputs(
-                        &versioned,
-                        old_object,
-                        request_json.as_ref(),
-                        param.as_ref().unwrap_or(&null),
-                        &namespace_object,
+                        [
+                            &versioned,
+                            old_object,
+                            request_json.as_ref(),
+                            param.as_ref().unwrap_or(&null),
+                            &namespace_object,
+                        ],
+                        &compiled.match_access,
                     ),
                     authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
                     &compiled.variables,
@@ -582,7 +630,7 @@ impl PolicySet {
             // variables evaluated afresh against that result (as upstream's
             // per-mutation `ForInput`).
             let observer = state.observer;
-            for (patch_type, expr) in &compiled.mutations {
+            for (index, (patch_type, expr)) in compiled.mutations.iter().enumerate() {
                 let started = std::time::Instant::now();
                 let observe = |e: Option<&str>| {
                     observer.mutation(&policy.name, &binding.name, started.elapsed(), e)
@@ -599,11 +647,14 @@ impl PolicySet {
                     let act = Activation::new(
                         &self.env,
                         json_inputs(
-                            &versioned,
-                            old_object,
-                            request_json.as_ref(),
-                            param.as_ref().unwrap_or(&null),
-                            &namespace_object,
+                            [
+                                &versioned,
+                                old_object,
+                                request_json.as_ref(),
+                                param.as_ref().unwrap_or(&null),
+                                &namespace_object,
+                            ],
+                            &compiled.mutation_access[index],
                         ),
                         authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
                         &compiled.variables,
@@ -698,21 +749,18 @@ struct AdmissionState<'o> {
     checks: ObjectChecks,
 }
 
-/// The JSON inputs of an activation.
+/// The JSON inputs of an activation, in [`JSON_INPUTS`] order, each with
+/// what its expressions can observe of it.
 fn json_inputs<'x>(
-    object: &'x Json,
-    old_object: &'x Json,
-    request: &'x Json,
-    params: &'x Json,
-    namespace_object: &'x Json,
-) -> Vec<(&'static str, &'x Json)> {
-    vec![
-        ("object", object),
-        ("oldObject", old_object),
-        ("request", request),
-        ("params", params),
-        ("namespaceObject", namespace_object),
-    ]
+    inputs: [&'x Json; 5],
+    access: &'x InputAccess,
+) -> Vec<(&'static str, &'x Json, &'x Access)> {
+    JSON_INPUTS
+        .into_iter()
+        .zip(inputs)
+        .zip(&access.0)
+        .map(|((name, json), access)| (name, json, access))
+        .collect()
 }
 
 /// Whether the request already names the matched kind and resource.
