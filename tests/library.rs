@@ -267,3 +267,27 @@ fn serve_loads_the_default_folders_without_problems() {
         assert_eq!(engine.bindings(), yaml_files("bindings").len());
     }
 }
+
+#[test]
+fn the_all_policies_cases_run_the_whole_library() {
+    let (policies, bindings) = library();
+    let whole = library_cases()
+        .into_iter()
+        .filter(|(file, _)| file == "all-policies")
+        .collect::<Vec<_>>();
+    assert!(
+        !whole.is_empty(),
+        "conformance/library/all-policies.yaml has cases"
+    );
+    for (_, case) in whole {
+        for (key, shipped) in [("policies", &policies), ("bindings", &bindings)] {
+            let names: Vec<&str> = case[key].as_array().unwrap().iter().map(name).collect();
+            let all: Vec<&str> = shipped.keys().map(String::as_str).collect();
+            assert_eq!(
+                names, all,
+                "{}: every library {key}, in order",
+                case["name"]
+            );
+        }
+    }
+}
