@@ -45,6 +45,13 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// The webhook tests' own example policies and bindings (`policies` or
+/// `bindings`), kept apart from the shipped library so that the library can
+/// grow without changing what these tests expect.
+fn fixture(kind: &str) -> PathBuf {
+    repo("tests/fixtures/webhook").join(kind)
+}
+
 fn config(dir: &Path, policies: Vec<PathBuf>, bindings: Vec<PathBuf>) -> ServeConfig {
     ServeConfig {
         sources: EngineSources {
@@ -165,7 +172,12 @@ fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
 fn deployment_create_gets_the_expected_patch() {
     let dir = scratch("deployment");
     run(Duration::from_secs(60), async {
-        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let server = started(config(
+            &dir,
+            vec![fixture("policies")],
+            vec![fixture("bindings")],
+        ))
+        .await;
         let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
         let deployment = kmutate::api::load::parse_documents(&text)
             .unwrap()
@@ -251,7 +263,12 @@ fn deployment_create_gets_the_expected_patch() {
 fn unmatched_request_gets_no_patch_and_no_evaluation() {
     let dir = scratch("unmatched");
     run(Duration::from_secs(60), async {
-        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let server = started(config(
+            &dir,
+            vec![fixture("policies")],
+            vec![fixture("bindings")],
+        ))
+        .await;
         let mut conn = connect(&server).await;
         let cm = config_map("settings");
         let r = conn
@@ -431,7 +448,12 @@ fn failing_policy_denies_with_fail_and_admits_with_ignore() {
 fn bad_bodies_are_refused_and_the_server_keeps_serving() {
     let dir = scratch("bad-bodies");
     run(Duration::from_secs(60), async {
-        let server = started(config(&dir, vec![repo("policies")], vec![repo("bindings")])).await;
+        let server = started(config(
+            &dir,
+            vec![fixture("policies")],
+            vec![fixture("bindings")],
+        ))
+        .await;
         let mut conn = connect(&server).await;
 
         let r = conn.post("/mutate", "{\"apiVersion\": ").await.unwrap();
@@ -526,7 +548,7 @@ fn a_certificate_replaced_on_disk_is_served_to_the_next_connection() {
         let first = tls::issue(&ca, "first", &["localhost".into()], true).unwrap();
         std::fs::write(&files.cert, &first.cert_pem).unwrap();
         std::fs::write(&files.key, &first.key_pem).unwrap();
-        let mut cfg = config(&dir, vec![repo("policies")], vec![repo("bindings")]);
+        let mut cfg = config(&dir, vec![fixture("policies")], vec![fixture("bindings")]);
         cfg.tls = TlsSource::Files(files.clone());
         let server = started(cfg).await;
         // Without session resumption, so that each handshake shows the certificate.
@@ -585,7 +607,7 @@ fn client_certificates_are_required_with_a_client_ca() {
         };
         std::fs::write(&id_files.cert, &identity.cert_pem).unwrap();
         std::fs::write(&id_files.key, &identity.key_pem).unwrap();
-        let mut cfg = config(&dir, vec![repo("policies")], vec![repo("bindings")]);
+        let mut cfg = config(&dir, vec![fixture("policies")], vec![fixture("bindings")]);
         cfg.client_ca = Some(client_ca);
         let server = started(cfg).await;
         let ca = server.ca_bundle().unwrap().to_path_buf();
@@ -792,9 +814,9 @@ fn the_serve_binary_drains_and_exits_on_sigterm() {
         .arg("--cert-dir")
         .arg(dir.join("tls"))
         .arg("--policies")
-        .arg(repo("policies"))
+        .arg(fixture("policies"))
         .arg("--bindings")
-        .arg(repo("bindings"))
+        .arg(fixture("bindings"))
         .current_dir(&dir)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
