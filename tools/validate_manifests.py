@@ -11,7 +11,8 @@
   `required` lists. (tests/deploy.rs checks how the objects refer to each
   other: service, ports, path, probes, certificate names, metric names.)
 - deploy/kustomization.yaml: every resource and generator file exists, and
-  every manifest of deploy/ is either installed by it or named in
+  every manifest under deploy/ is either installed by it (as a resource,
+  inside a resource folder, or as a generated ConfigMap's file) or named in
   APPLIED_SEPARATELY. Where kubectl is installed, `kubectl kustomize deploy`
   must build, and what it builds is validated too.
 
@@ -142,24 +143,35 @@ def manifest_files():
 
 
 def check_kustomization():
+    """kustomization.yaml names only what exists, and installs every
+    manifest of deploy/ but those APPLIED_SEPARATELY."""
     problems = []
-    path = os.path.join(DEPLOY, "kustomization.yaml")
-    with open(path) as f:
+    with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
         k = yaml.safe_load(f)
-    listed = set()
+    covered = set()
     for res in k.get("resources") or []:
-        if not os.path.exists(os.path.join(DEPLOY, res)):
+        path = os.path.normpath(os.path.join(DEPLOY, res))
+        if os.path.isdir(path):
+            if not os.path.exists(os.path.join(path, "kustomization.yaml")):
+                problems.append("kustomization.yaml: resource %s is a folder without a kustomization.yaml" % res)
+            covered.update(p for p in manifest_files() if p.startswith(path + os.sep))
+        elif os.path.isfile(path):
+            covered.add(path)
+        else:
             problems.append("kustomization.yaml: resource %s does not exist" % res)
-        listed.add(os.path.normpath(res))
     for gen in k.get("configMapGenerator") or []:
         for f in gen.get("files") or []:
-            f = f.split("=", 1)[-1]
-            if not os.path.isfile(os.path.join(DEPLOY, f)):
+            path = os.path.normpath(os.path.join(DEPLOY, f.split("=", 1)[-1]))
+            if not os.path.isfile(path):
                 problems.append("kustomization.yaml: %s: file %s does not exist" % (gen.get("name"), f))
-    for name in sorted(os.listdir(DEPLOY)):
-        if name.endswith((".yaml", ".yml")) and name != "kustomization.yaml":
-            if name not in listed and name not in APPLIED_SEPARATELY:
-                problems.append("deploy/%s is neither in kustomization.yaml's resources nor applied separately" % name)
+            covered.add(path)
+    for path in manifest_files():
+        rel = os.path.relpath(path, DEPLOY)
+        if path not in covered and rel not in APPLIED_SEPARATELY:
+            problems.append(
+                "deploy/%s is neither installed by kustomization.yaml nor in APPLIED_SEPARATELY "
+                "(tools/validate_manifests.py)" % rel
+            )
     return problems
 
 
