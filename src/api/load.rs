@@ -155,6 +155,9 @@ pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Loaded {
 }
 
 /// The YAML/JSON files under `path` (itself if it is a file), sorted.
+/// Entries whose names start with a dot are left out: a ConfigMap volume
+/// holds each file twice, as `NAME` and inside a hidden `..TIMESTAMP`
+/// folder (kubelet's atomic writer), and editors leave dotfiles.
 pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let io = |e: std::io::Error| LoadError::Io {
         path: path.display().to_string(),
@@ -172,6 +175,9 @@ pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
             message: e.to_string(),
         })?;
         for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
             let p = entry.path();
             let Ok(ft) = entry.file_type() else { continue };
             if ft.is_dir() {

@@ -35,6 +35,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+/// The path kube-apiserver POSTs AdmissionReviews to (a
+/// MutatingWebhookConfiguration's `clientConfig.service.path`).
+pub const MUTATE_PATH: &str = "/mutate";
+
+/// The liveness probe's path (HTTPS, and on the metrics listener).
+pub const HEALTHZ_PATH: &str = "/healthz";
+
+/// The readiness probe's path (HTTPS): 503 until the policies are loaded and
+/// once shutting down.
+pub const READYZ_PATH: &str = "/readyz";
+
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -436,7 +447,7 @@ async fn serve_metrics(
                                 (&Method::GET, "/metrics") => {
                                     reply(StatusCode::OK, super::metrics::CONTENT_TYPE, shared.metrics.encode())
                                 }
-                                (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+                                (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
                                 _ => text(StatusCode::NOT_FOUND, "not found"),
                             })
                         }
@@ -472,9 +483,9 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>>
 
 async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
-        (&Method::POST, "/mutate") => mutate(shared, req).await,
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
-        (&Method::GET, "/readyz") => {
+        (&Method::POST, MUTATE_PATH) => mutate(shared, req).await,
+        (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
+        (&Method::GET, READYZ_PATH) => {
             if shared.shutting_down.load(Ordering::SeqCst) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
             } else if shared.engine.get().is_some() {
@@ -483,8 +494,8 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Byt
                 text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet")
             }
         }
-        (_, "/mutate") => text(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
-        (_, "/healthz" | "/readyz") => text(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
+        (_, MUTATE_PATH) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        (_, HEALTHZ_PATH | READYZ_PATH) => text(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
