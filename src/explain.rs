@@ -9,7 +9,7 @@
 //! schema declares them (`spec.containers[name=app].image`), by index
 //! otherwise.
 
-use crate::api::{FailurePolicy, PatchType};
+use crate::api::{Binding, FailurePolicy, PatchType, Policy};
 use crate::dispatch::{AdmissionObserver, MutationStep, Outcome, SkipReason};
 use crate::schema::model::{Resolved, SchemaData, TypeSpec};
 use crate::schema::TypeRef;
@@ -153,17 +153,25 @@ pub struct ExplainObserver {
 }
 
 impl ExplainObserver {
-    /// An observer for a set of policies (name and failure policy) and the
-    /// bindings the set dispatches, in any order.
-    pub fn new(
-        policies: impl IntoIterator<Item = (String, FailurePolicy)>,
-        bindings: impl IntoIterator<Item = BindingName>,
-    ) -> ExplainObserver {
-        let mut bindings: Vec<BindingName> = bindings.into_iter().collect();
+    /// An observer for an admission by the set of these policies and
+    /// bindings (in any order; bindings of missing policies are left out,
+    /// as the dispatcher leaves them out).
+    pub fn new(policies: &[Policy], bindings: &[Binding]) -> ExplainObserver {
+        let mut bindings: Vec<BindingName> = bindings
+            .iter()
+            .filter(|b| policies.iter().any(|p| p.name == b.policy_name))
+            .map(|b| BindingName {
+                policy: b.policy_name.clone(),
+                binding: b.name.clone(),
+            })
+            .collect();
         // The dispatcher's order: binding name, then policy name.
         bindings.sort_by(|a, b| (&a.binding, &a.policy).cmp(&(&b.binding, &b.policy)));
         ExplainObserver {
-            failure_policies: policies.into_iter().collect(),
+            failure_policies: policies
+                .iter()
+                .map(|p| (p.name.clone(), p.failure_policy))
+                .collect(),
             bindings,
             passes: RefCell::new(vec![Pass {
                 reinvocation: false,
@@ -423,14 +431,14 @@ impl Walker<'_> {
                     push_field(path, k);
                     match a.get(k) {
                         Some(av) => self.diff(child(k).as_ref(), path, bv, av, out),
-                        None => out.push(change(path, Some(bv), None)),
+                        None => one_sided(path, bv, false, out),
                     }
                     path.truncate(len);
                 }
                 for (k, av) in a.iter().filter(|(k, _)| !b.contains_key(*k)) {
                     let len = path.len();
                     push_field(path, k);
-                    out.push(change(path, None, Some(av)));
+                    one_sided(path, av, true, out);
                     path.truncate(len);
                 }
             }
@@ -473,6 +481,23 @@ impl Walker<'_> {
             }
             _ => out.push(change(path, Some(before), Some(after))),
         }
+    }
+}
+
+/// A field only one side has: a map is reported field by field (so that
+/// each added label shows), anything else as one value.
+fn one_sided(path: &mut String, value: &Json, added: bool, out: &mut Vec<FieldChange>) {
+    match value {
+        Json::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                let len = path.len();
+                push_field(path, k);
+                one_sided(path, v, added, out);
+                path.truncate(len);
+            }
+        }
+        _ if added => out.push(change(path, None, Some(value))),
+        _ => out.push(change(path, Some(value), None)),
     }
 }
 

@@ -64,7 +64,7 @@ fn map_keys_that_are_not_identifiers_are_quoted_and_removals_reported() {
         paths(&changes),
         [
             r#"metadata.labels["app.kubernetes.io/name"]: added "web""#,
-            r#"metadata.annotations: removed {"note":"x"}"#,
+            r#"metadata.annotations.note: removed "x""#,
         ]
     );
 }
@@ -111,16 +111,7 @@ fn explain(docs: &str, object: &str) -> Explanation {
         ..Default::default()
     };
     complete_request(&mut request, &table);
-    let observer = ExplainObserver::new(
-        loaded
-            .policies
-            .iter()
-            .map(|p| (p.name.clone(), p.failure_policy)),
-        loaded.bindings.iter().map(|b| BindingName {
-            policy: b.policy_name.clone(),
-            binding: b.name.clone(),
-        }),
-    );
+    let observer = ExplainObserver::new(&loaded.policies, &loaded.bindings);
     let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
     assert!(errors.is_empty(), "{errors:?}");
     let ctx = AdmissionContext {
@@ -192,7 +183,7 @@ fn explains_changes_skips_and_the_reinvocation_pass_in_dispatch_order() {
         r#"pass 1:
   policy a-label, binding a-label
     spec.mutations[0] (ApplyConfiguration):
-      metadata.labels: added {"a":"1"}
+      metadata.labels.a: added "1"
   policy b-label, binding b-label
     spec.mutations[0] (ApplyConfiguration):
       metadata.labels.b: added "2"
