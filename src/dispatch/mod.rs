@@ -489,7 +489,7 @@ impl PolicySet {
             }
         };
         if params.is_empty() {
-            (state.observer).invocation_skipped(
+            state.observer.invocation_skipped(
                 &policy.name,
                 &binding.name,
                 None,
@@ -623,7 +623,9 @@ impl PolicySet {
                 }
                 let skipped = |reason| {
                     let param = param.as_ref();
-                    (state.observer).invocation_skipped(&policy.name, &binding.name, param, reason)
+                    state
+                        .observer
+                        .invocation_skipped(&policy.name, &binding.name, param, reason)
                 };
                 if let Some(e) = first_error {
                     skipped(SkipReason::ConditionError(&e));

@@ -290,3 +290,43 @@ fn binding_errors_and_match_condition_errors_are_reported_once() {
         }]
     );
 }
+
+#[test]
+fn each_param_object_is_its_own_invocation() {
+    let docs = policy(
+        "a-params",
+        "  paramKind: {apiVersion: v1, kind: ConfigMap}",
+        r#"  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {params.metadata.name: params.data.v}}}'"#,
+    )
+    .replace(
+        "spec: {policyName: a-params}",
+        "spec: {policyName: a-params, paramRef: {namespace: default, selector: {matchLabels: {use: \"yes\"}}, parameterNotFoundAction: Deny}}",
+    ) + r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: one, namespace: default, labels: {use: "yes"}}
+data: {v: "1"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: two, namespace: default, labels: {use: "yes"}}
+data: {v: "2"}
+"#;
+    let e = explain(&docs, POD);
+    let text = e.to_text();
+    assert!(
+        text.starts_with(
+            r#"pass 1:
+  policy a-params, binding a-params, param default/one
+    spec.mutations[0] (ApplyConfiguration):
+      metadata.labels.one: added "1"
+  policy a-params, binding a-params, param default/two
+    spec.mutations[0] (ApplyConfiguration):
+      metadata.labels.two: added "2"
+"#
+        ),
+        "{text}"
+    );
+}
