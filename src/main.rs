@@ -151,29 +151,32 @@ struct CompletionsArgs {
 
 #[derive(clap::Args)]
 struct ApplyArgs {
-    /// Policy files or folders.
-    #[arg(long, required = true)]
+    /// Policy files or folders, searched recursively for YAML and JSON
+    /// (repeatable; a file may hold bindings and other objects too).
+    #[arg(long, value_name = "PATH", required = true)]
     policies: Vec<PathBuf>,
-    /// Binding files or folders.
-    #[arg(long, required = true)]
+    /// Binding files or folders (repeatable).
+    #[arg(long, value_name = "PATH", required = true)]
     bindings: Vec<PathBuf>,
-    /// Cluster objects: Namespaces, params, CRDs.
-    #[arg(long)]
+    /// Cluster objects the policies see: Namespaces (namespaceSelector,
+    /// namespaceObject), param objects, and the CustomResourceDefinitions of
+    /// custom kinds (repeatable).
+    #[arg(long, value_name = "PATH")]
     resources: Vec<PathBuf>,
-    /// The incoming object (YAML or JSON).
-    #[arg(short = 'f', long = "filename")]
+    /// The incoming object: one YAML or JSON document.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
     object: PathBuf,
-    /// The existing object, for UPDATE.
-    #[arg(long)]
+    /// The existing object (`oldObject`), for UPDATE.
+    #[arg(long, value_name = "FILE")]
     old_object: Option<PathBuf>,
-    /// The operation.
+    /// The request's operation.
     #[arg(long, default_value = "CREATE", value_parser = ["CREATE", "UPDATE", "CONNECT"])]
     operation: String,
-    /// The requesting user.
-    #[arg(long, default_value = "")]
+    /// The requesting user's name (`request.userInfo.username`).
+    #[arg(long, value_name = "NAME", default_value = "")]
     user: String,
-    /// Groups of the requesting user.
-    #[arg(long = "group")]
+    /// A group of the requesting user (repeatable).
+    #[arg(long = "group", value_name = "GROUP")]
     groups: Vec<String>,
     /// Decisions for the CEL `authorizer` checks: a YAML or JSON list of
     /// `{user?, group?, resource?, subresource?, namespace?, name?, verb,
@@ -214,11 +217,11 @@ enum OutputFormat {
 
 #[derive(clap::Args)]
 struct ConformanceArgs {
-    /// Case files or folders.
+    /// Case files or folders (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// File listing cases expected to fail (default: conformance/expected-failures.txt when present).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     expected_failures: Option<PathBuf>,
     /// Print the failure details of expected failures too.
     #[arg(short, long)]
@@ -229,17 +232,17 @@ struct ConformanceArgs {
 struct BenchArgs {
     /// A conformance case file.
     file: PathBuf,
-    /// The case to run (default: the first).
-    #[arg(long)]
+    /// The name of the case to run (default: the first of the file).
+    #[arg(long, value_name = "NAME")]
     case: Option<String>,
-    /// Iterations.
-    #[arg(long, default_value_t = 10_000)]
+    /// Admissions to time.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
     iterations: u64,
 }
 
 #[derive(clap::Args)]
 struct CheckArgs {
-    /// Policy and binding files or folders.
+    /// Policy and binding files or folders (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
 }
@@ -265,7 +268,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
+/// The one YAML or JSON document of a file.
+fn read_document(path: &PathBuf) -> Result<serde_json::Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut docs =
@@ -277,7 +281,12 @@ fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
             docs.len()
         );
     }
-    let object = docs.remove(0);
+    Ok(docs.remove(0))
+}
+
+/// The one Kubernetes object (with `apiVersion` and `kind`) of a file.
+fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
+    let object = read_document(path)?;
     for field in ["apiVersion", "kind"] {
         if !object.get(field).is_some_and(|v| v.is_string()) {
             bail!(
@@ -333,7 +342,7 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
     problems.extend(errors.iter().map(ToString::to_string));
     let authorizer: Box<dyn Authorizer> = match &a.authorizer {
         Some(path) => Box::new(
-            FixedAuthorizer::from_json(&read_object(path)?)
+            FixedAuthorizer::from_json(&read_document(path)?)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
         ),
         None if a.authorizer_allow_all => Box::new(AlwaysAllow),

@@ -333,3 +333,29 @@ fn dry_run_reports_a_denial_and_exits_0_but_not_unreadable_input() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("missing.yaml"));
 }
+
+#[test]
+fn apply_reads_authorizer_decisions_from_a_list_file() {
+    // Upstream mutating/compilation_test.go 'authorizer check': the mutation
+    // reads authorizer.group('').resource('endpoints').check('create').allowed().
+    let policy = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "Object{spec: Object.spec{replicas: authorizer.group('').resource('endpoints').check('create').allowed() ? 10 : 0}}",
+    );
+    let (dir, [p, b, o]) = fixture("authorizer", &policy);
+    let decisions = write(
+        &dir,
+        "authz.yaml",
+        "- {resource: endpoints, verb: create, allowed: true}\n",
+    );
+    for (extra, replicas) in [
+        (vec!["--authorizer", decisions.as_str()], 10),
+        (vec!["--authorizer-allow-all"], 10),
+        (vec![], 0),
+    ] {
+        let out = apply(&p, &b, &o, &[&extra[..], &["-o", "json"]].concat());
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["spec"]["replicas"], replicas, "{extra:?}");
+    }
+}
