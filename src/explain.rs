@@ -29,6 +29,10 @@ pub struct Explanation {
     /// Bindings whose policy's matchConstraints or own matchResources did
     /// not match the request, in dispatch order.
     pub not_matched: Vec<BindingName>,
+    /// Bindings after the one whose error ended the first pass (a status
+    /// error such as 503 for a kind without a schema), which never ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_reached: Vec<BindingName>,
     /// How the admission ended.
     pub outcome: Verdict,
 }
@@ -167,6 +171,8 @@ impl ExplainObserver {
             .collect();
         // The dispatcher's order: binding name, then policy name.
         bindings.sort_by(|a, b| (&a.binding, &a.policy).cmp(&(&b.binding, &b.policy)));
+        // The same file given twice (`--policies . --bindings .`) loads twice.
+        bindings.dedup();
         ExplainObserver {
             failure_policies: policies
                 .iter()
@@ -190,12 +196,36 @@ impl ExplainObserver {
             .flat_map(|p| &p.invocations)
             .map(|i| (i.policy.as_str(), i.binding.as_str()))
             .collect();
-        let not_matched = self
-            .bindings
-            .iter()
-            .filter(|b| !seen.contains(&(b.policy.as_str(), b.binding.as_str())))
-            .cloned()
-            .collect();
+        // A status error ends the admission at once, with its own message
+        // (policy errors are wrapped in "policy '...' with binding '...'").
+        let ended_by = match (outcome, passes.as_slice()) {
+            (Outcome::Denied { message, .. }, [first]) => first
+                .invocations
+                .iter()
+                .find(|i| {
+                    i.mutations
+                        .iter()
+                        .any(|m| m.error.as_ref().is_some_and(|e| &e.message == message))
+                })
+                .map(|i| (i.policy.as_str(), i.binding.as_str())),
+            _ => None,
+        };
+        let ended_at = ended_by.and_then(|(p, b)| {
+            self.bindings
+                .iter()
+                .position(|n| n.policy == p && n.binding == b)
+        });
+        let (mut not_matched, mut not_reached) = (Vec::new(), Vec::new());
+        for (i, b) in self.bindings.iter().enumerate() {
+            if seen.contains(&(b.policy.as_str(), b.binding.as_str())) {
+                continue;
+            }
+            if ended_at.is_some_and(|end| i > end) {
+                not_reached.push(b.clone());
+            } else {
+                not_matched.push(b.clone());
+            }
+        }
         let outcome = match outcome {
             Outcome::Admitted { object, .. } => Verdict::Admitted {
                 changed: object != original,
@@ -209,6 +239,7 @@ impl ExplainObserver {
             problems,
             passes,
             not_matched,
+            not_reached,
             outcome,
         }
     }
@@ -590,10 +621,18 @@ impl Explanation {
                 inv.write_text(&mut out);
             }
         }
-        if !self.not_matched.is_empty() {
-            out.push_str("not matched:\n");
-            for b in &self.not_matched {
-                let _ = writeln!(out, "  policy {}, binding {}", b.policy, b.binding);
+        for (title, bindings) in [
+            (
+                "not reached (the admission ended before them)",
+                &self.not_reached,
+            ),
+            ("not matched", &self.not_matched),
+        ] {
+            if !bindings.is_empty() {
+                let _ = writeln!(out, "{title}:");
+                for b in bindings {
+                    let _ = writeln!(out, "  policy {}, binding {}", b.policy, b.binding);
+                }
             }
         }
         match &self.outcome {

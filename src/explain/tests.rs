@@ -330,3 +330,42 @@ data: {v: "2"}
         "{text}"
     );
 }
+
+#[test]
+fn a_status_error_leaves_later_bindings_not_reached() {
+    // Upstream: a JSON patch adding a field the schema does not declare fails
+    // strict decoding with a 500 status, which ends the admission whatever
+    // the failure policy.
+    let unknown_field = r#"  - patchType: JSONPatch
+    jsonPatch:
+      expression: '[JSONPatch{op: "add", path: "/spec/bogus", value: 1}]'"#;
+    let docs = [
+        policy("a-first", "", &label("a", "1")),
+        policy("b-unknown-field", "  failurePolicy: Ignore", unknown_field),
+        policy("c-later", "", &label("c", "3")),
+        policy("d-services", "", &label("d", "4"))
+            .replace("resources: [pods]", "resources: [services]"),
+    ]
+    .concat();
+    let e = explain(&docs, POD);
+    assert_eq!(
+        e.outcome,
+        Verdict::Denied {
+            code: 500,
+            message:
+                r#"Internal error occurred: strict decoding error: unknown field "spec.bogus""#
+                    .into()
+        }
+    );
+    let names =
+        |list: &[BindingName]| -> Vec<String> { list.iter().map(|b| b.binding.clone()).collect() };
+    assert_eq!(names(&e.not_reached), ["c-later", "d-services"]);
+    assert_eq!(names(&e.not_matched), Vec::<String>::new());
+    let text = e.to_text();
+    assert!(
+        text.contains(
+            "not reached (the admission ended before them):\n  policy c-later, binding c-later\n"
+        ),
+        "{text}"
+    );
+}
