@@ -101,6 +101,10 @@ pub struct PolicyError {
     pub message: String,
     /// `Fail` (the request is denied) or `Ignore` (the error is dropped).
     pub failure_policy: &'static str,
+    /// Whether the error is a status error (500, 503) that ended the
+    /// admission at once, whatever the failure policy.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ended_admission: bool,
 }
 
 /// What one mutation did.
@@ -189,27 +193,26 @@ impl ExplainObserver {
     /// The explanation of the admission that ended with `outcome`;
     /// `original` is the request's object.
     pub fn finish(self, problems: Vec<String>, original: &Json, outcome: &Outcome) -> Explanation {
-        let passes = self.passes.into_inner();
+        let mut passes = self.passes.into_inner();
+        // A status error ends the admission at once, with its own message
+        // (policy errors are wrapped in "policy '...' with binding '...'").
+        let mut ended_by = None;
+        if let (Outcome::Denied { message, .. }, [first]) = (outcome, passes.as_mut_slice()) {
+            for i in &mut first.invocations {
+                for e in i.mutations.iter_mut().filter_map(|m| m.error.as_mut()) {
+                    if &e.message == message {
+                        e.ended_admission = true;
+                        ended_by = Some((i.policy.clone(), i.binding.clone()));
+                    }
+                }
+            }
+        }
         let seen: BTreeSet<(&str, &str)> = passes
             .first()
             .into_iter()
             .flat_map(|p| &p.invocations)
             .map(|i| (i.policy.as_str(), i.binding.as_str()))
             .collect();
-        // A status error ends the admission at once, with its own message
-        // (policy errors are wrapped in "policy '...' with binding '...'").
-        let ended_by = match (outcome, passes.as_slice()) {
-            (Outcome::Denied { message, .. }, [first]) => first
-                .invocations
-                .iter()
-                .find(|i| {
-                    i.mutations
-                        .iter()
-                        .any(|m| m.error.as_ref().is_some_and(|e| &e.message == message))
-                })
-                .map(|i| (i.policy.as_str(), i.binding.as_str())),
-            _ => None,
-        };
         let ended_at = ended_by.and_then(|(p, b)| {
             self.bindings
                 .iter()
@@ -252,6 +255,7 @@ impl ExplainObserver {
         PolicyError {
             message: message.to_string(),
             failure_policy,
+            ended_admission: false,
         }
     }
 
@@ -380,6 +384,7 @@ impl AdmissionObserver for ExplainObserver {
                     FailurePolicy::Fail => "Fail",
                     FailurePolicy::Ignore => "Ignore",
                 },
+                ended_admission: false,
             }],
         });
     }
@@ -687,6 +692,10 @@ impl Invocation {
 impl PolicyError {
     fn text(&self) -> String {
         match self.failure_policy {
+            _ if self.ended_admission => format!(
+                "(ends the admission whatever the failurePolicy): {}",
+                self.message
+            ),
             "Ignore" => format!("(failurePolicy Ignore, ignored): {}", self.message),
             _ => format!("(failurePolicy Fail): {}", self.message),
         }

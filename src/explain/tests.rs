@@ -287,6 +287,7 @@ fn binding_errors_and_match_condition_errors_are_reported_once() {
         [PolicyError {
             message: "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction".into(),
             failure_policy: "Ignore",
+            ended_admission: false,
         }]
     );
 }
@@ -366,6 +367,10 @@ fn a_status_error_leaves_later_bindings_not_reached() {
         text.contains(
             "not reached (the admission ended before them):\n  policy c-later, binding c-later\n"
         ),
+        "{text}"
+    );
+    assert!(
+        text.contains("    spec.mutations[0] (JSONPatch): error (ends the admission whatever the failurePolicy): Internal error occurred: "),
         "{text}"
     );
 }
