@@ -9,6 +9,7 @@
 //! - [`schema`]: OpenAPI schemas of built-in kinds and CRDs;
 //! - [`mutation`]: ApplyConfiguration merge and JSON patch application;
 //! - [`dispatch`]: compiled policies, params, variables, reinvocation;
+//! - [`explain`]: which policy, binding and mutation changed which fields;
 //! - [`conformance`]: the conformance case runner;
 //! - [`webhook`]: the admission webhook (`kmutate serve`) and its load generator.
 
@@ -17,6 +18,7 @@ pub mod authorizer;
 pub mod cel;
 pub mod conformance;
 pub mod dispatch;
+pub mod explain;
 mod gofmt;
 pub mod matching;
 pub mod mutation;

@@ -1,11 +1,12 @@
 //! The `kmutate` command line: a thin layer over the library.
 
 use anyhow::{bail, Context as _, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use kmutate::api::load;
 use kmutate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
 use kmutate::conformance;
 use kmutate::dispatch::{AdmissionContext, Outcome, PolicySet};
+use kmutate::explain::ExplainObserver;
 use kmutate::matching::{complete_request, ResourceTable};
 use kmutate::request::{AdmissionRequest, ClusterObjects, UserInfo};
 use kmutate::schema::SchemaStore;
@@ -19,7 +20,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Kubernetes MutatingAdmissionPolicy evaluator.
 #[derive(Parser)]
-#[command(name = "kmutate", version, about, long_about = None)]
+#[command(
+    name = "kmutate",
+    version,
+    about,
+    long_about = "Evaluates Kubernetes MutatingAdmissionPolicies as kube-apiserver v1.36 does: \
+as an admission webhook (`serve`), offline against one object (`apply`), and as a \
+conformance runner. `kmutate <COMMAND> --help` describes each command, its exit \
+status and examples.",
+    after_help = "Examples:
+  kmutate serve                                  # webhook on :8443 with ./policies and ./bindings
+  kmutate apply --policies policies --bindings bindings -f examples/pod.yaml -o explain
+  kmutate check policies bindings
+  kmutate completions bash > /etc/bash_completion.d/kmutate"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,46 +42,146 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Evaluate policies against an object offline and print the result.
+    #[command(
+        long_about = "Evaluates policies and bindings against one object, as kube-apiserver's \
+MutatingAdmissionPolicy plugin would, without a cluster, and prints the mutated object, \
+the patch, a diff, or an explanation of which policy, binding and mutation changed which \
+fields (-o explain). Invalid policy or binding documents are reported and left out.",
+        after_long_help = "Exit status:
+  0  admitted, whether or not the object changed; with --dry-run, also when denied
+  1  denied (the denial is printed on stderr), or an input file is unreadable or not a
+     Kubernetes object (with --dry-run, only the latter)
+  2  usage error
+
+Examples:
+  kmutate apply --policies policies --bindings bindings \\
+      --resources examples/namespace.yaml -f examples/pod.yaml -o diff
+  kmutate apply --policies policies --bindings bindings -f examples/deployment.yaml -o explain
+  # CI: report what would change, denials and errors; exit 0 whatever the verdict
+  kmutate apply --policies policies --bindings bindings -f manifest.yaml --dry-run"
+    )]
     Apply(ApplyArgs),
     /// Run conformance cases (files or folders of YAML cases).
+    #[command(after_long_help = "Exit status:
+  0  every case passed, apart from those listed as expected failures
+  1  a case failed unexpectedly, an expected failure passed, or a case file is unreadable
+  2  usage error
+
+The case format is described in ../shared/conformance/FORMAT.md.
+
+Example:
+  kmutate conformance conformance ../shared/conformance/cases")]
     Conformance(ConformanceArgs),
     /// Time the in-process admission of one conformance case.
+    #[command(
+        after_long_help = "Prints the mean time of one admission in nanoseconds \
+(`<N> ns/op`), after a warm-up of a tenth of the iterations.
+
+Exit status: 0 measured; 1 the file or case cannot be read or prepared; 2 usage error.
+
+Example:
+  kmutate bench ../shared/conformance/cases/apply-configuration.yaml --case ac-listmap-add-entry"
+    )]
     Bench(BenchArgs),
     /// Load and compile policies and bindings; report every problem.
+    #[command(
+        after_long_help = "Reports unreadable files, invalid documents, CEL compile \
+errors (with the expression's field path) and bindings of missing policies, then a count.
+
+Exit status: 0 no problem; 1 at least one problem; 2 usage error.
+
+Example:
+  kmutate check policies bindings"
+    )]
     Check(CheckArgs),
     /// Serve the admission webhook (HTTPS POST /mutate, GET /metrics).
+    #[command(
+        long_about = "Serves kube-apiserver's admission webhook calls: POST /mutate takes an \
+admission.k8s.io/v1 (or v1beta1) AdmissionReview and answers with a JSON patch or a denial. \
+GET /healthz and GET /readyz are on the HTTPS listener, GET /metrics on the metrics \
+listener. Without --tls-cert a self-signed certificate is generated and the path of its \
+CA bundle is logged.",
+        after_long_help = "Exit status: 0 after SIGTERM or SIGINT once in-flight requests are \
+answered; 1 when the server cannot start (address in use, unreadable certificate, ...); \
+2 usage error.
+
+Examples:
+  kmutate serve
+  kmutate serve --policies /etc/kmutate/policies --bindings /etc/kmutate/bindings \\
+      --tls-cert /tls/tls.crt --tls-key /tls/tls.key --log-format json"
+    )]
     Serve(kmutate::webhook::cli::ServeArgs),
     /// Drive a webhook with a recorded AdmissionReview; report throughput and latency.
+    #[command(
+        after_long_help = "Prints requests, throughput, p50, p99 and p99.9 latency.
+
+Exit status: 0 every request was answered with HTTP 200; 1 a request failed or got \
+another status, or the webhook is unreachable; 2 usage error.
+
+Example:
+  kmutate loadtest --ca /tmp/kmutate-tls/ca.crt --review bench/webhook/review.json \\
+      --connections 8 --duration 10s"
+    )]
     Loadtest(kmutate::webhook::cli::LoadtestArgs),
     /// Translate declarative mutation rules (Katalog, Capsule) to policies and bindings.
+    #[command(
+        after_long_help = "Prints the policies and bindings as YAML on stdout, \
+warnings on stderr. The supported constructs are listed in docs/translate-katalog.md and \
+docs/translate-capsule.md.
+
+Exit status: 0 translated; 1 a rule cannot be translated (see --skip-untranslatable) or \
+the file is unreadable; 2 usage error.
+
+Examples:
+  kmutate translate katalog katalog.yaml --target example.com/v1/AppRequest/apprequests
+  kmutate translate capsule tenant.yaml"
+    )]
     Translate(kmutate::translate::cli::TranslateArgs),
+    /// Print a shell completion script.
+    #[command(after_long_help = "Exit status: 0 printed; 2 usage error.
+
+Examples:
+  kmutate completions bash > ~/.local/share/bash-completion/completions/kmutate
+  kmutate completions zsh > \"${fpath[1]}/_kmutate\"
+  kmutate completions fish > ~/.config/fish/completions/kmutate.fish")]
+    Completions(CompletionsArgs),
+}
+
+#[derive(clap::Args)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 #[derive(clap::Args)]
 struct ApplyArgs {
-    /// Policy files or folders.
-    #[arg(long, required = true)]
+    /// Policy files or folders, searched recursively for YAML and JSON
+    /// (repeatable; a file may hold bindings and other objects too).
+    #[arg(long, value_name = "PATH", required = true)]
     policies: Vec<PathBuf>,
-    /// Binding files or folders.
-    #[arg(long, required = true)]
+    /// Binding files or folders (repeatable).
+    #[arg(long, value_name = "PATH", required = true)]
     bindings: Vec<PathBuf>,
-    /// Cluster objects: Namespaces, params, CRDs.
-    #[arg(long)]
+    /// Cluster objects the policies see: Namespaces (namespaceSelector,
+    /// namespaceObject), param objects, and the CustomResourceDefinitions of
+    /// custom kinds (repeatable).
+    #[arg(long, value_name = "PATH")]
     resources: Vec<PathBuf>,
-    /// The incoming object (YAML or JSON).
-    #[arg(short = 'f', long = "filename")]
+    /// The incoming object: one YAML or JSON document.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
     object: PathBuf,
-    /// The existing object, for UPDATE.
-    #[arg(long)]
+    /// The existing object (`oldObject`), for UPDATE.
+    #[arg(long, value_name = "FILE")]
     old_object: Option<PathBuf>,
-    /// The operation.
+    /// The request's operation.
     #[arg(long, default_value = "CREATE", value_parser = ["CREATE", "UPDATE", "CONNECT"])]
     operation: String,
-    /// The requesting user.
-    #[arg(long, default_value = "")]
+    /// The requesting user's name (`request.userInfo.username`).
+    #[arg(long, value_name = "NAME", default_value = "")]
     user: String,
-    /// Groups of the requesting user.
-    #[arg(long = "group")]
+    /// A group of the requesting user (repeatable).
+    #[arg(long = "group", value_name = "GROUP")]
     groups: Vec<String>,
     /// Decisions for the CEL `authorizer` checks: a YAML or JSON list of
     /// `{user?, group?, resource?, subresource?, namespace?, name?, verb,
@@ -79,9 +193,14 @@ struct ApplyArgs {
     /// Allow every CEL `authorizer` check.
     #[arg(long)]
     authorizer_allow_all: bool,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
-    output: OutputFormat,
+    /// Output format (default: yaml; with --dry-run, explain).
+    #[arg(short = 'o', long, value_enum)]
+    output: Option<OutputFormat>,
+    /// Report only, for CI pipelines: exit 0 whether the request is admitted
+    /// or denied (a denial is part of the output); only usage errors and
+    /// unreadable input fail.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -94,15 +213,20 @@ enum OutputFormat {
     Patch,
     /// A readable line diff.
     Diff,
+    /// Which policy, binding and mutation changed which fields, in dispatch
+    /// order, with skipped invocations, errors and the verdict.
+    Explain,
+    /// The explanation as JSON.
+    ExplainJson,
 }
 
 #[derive(clap::Args)]
 struct ConformanceArgs {
-    /// Case files or folders.
+    /// Case files or folders (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// File listing cases expected to fail (default: conformance/expected-failures.txt when present).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     expected_failures: Option<PathBuf>,
     /// Print the failure details of expected failures too.
     #[arg(short, long)]
@@ -113,17 +237,17 @@ struct ConformanceArgs {
 struct BenchArgs {
     /// A conformance case file.
     file: PathBuf,
-    /// The case to run (default: the first).
-    #[arg(long)]
+    /// The name of the case to run (default: the first of the file).
+    #[arg(long, value_name = "NAME")]
     case: Option<String>,
-    /// Iterations.
-    #[arg(long, default_value_t = 10_000)]
+    /// Admissions to time.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
     iterations: u64,
 }
 
 #[derive(clap::Args)]
 struct CheckArgs {
-    /// Policy and binding files or folders.
+    /// Policy and binding files or folders (searched recursively).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
 }
@@ -138,6 +262,7 @@ fn main() -> ExitCode {
         Command::Serve(s) => kmutate::webhook::cli::serve(s),
         Command::Loadtest(l) => kmutate::webhook::cli::loadtest_cmd(l),
         Command::Translate(t) => kmutate::translate::cli::translate_cmd(t),
+        Command::Completions(c) => completions(c.shell),
     };
     match result {
         Ok(code) => code,
@@ -148,7 +273,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
+/// The one YAML or JSON document of a file.
+fn read_document(path: &PathBuf) -> Result<serde_json::Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut docs =
@@ -160,7 +286,12 @@ fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
             docs.len()
         );
     }
-    let object = docs.remove(0);
+    Ok(docs.remove(0))
+}
+
+/// The one Kubernetes object (with `apiVersion` and `kind`) of a file.
+fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
+    let object = read_document(path)?;
     for field in ["apiVersion", "kind"] {
         if !object.get(field).is_some_and(|v| v.is_string()) {
             bail!(
@@ -173,6 +304,12 @@ fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
 }
 
 fn apply(a: ApplyArgs) -> Result<ExitCode> {
+    let output = a.output.unwrap_or(if a.dry_run {
+        OutputFormat::Explain
+    } else {
+        OutputFormat::Yaml
+    });
+    let explain = matches!(output, OutputFormat::Explain | OutputFormat::ExplainJson);
     let mut loaded = load::load_paths(&a.policies);
     let bindings = load::load_paths(&a.bindings);
     let resources = load::load_paths(&a.resources);
@@ -186,9 +323,6 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
             .chain(&resources.errors)
             .map(ToString::to_string),
     );
-    for p in &problems {
-        eprintln!("warning: {p}");
-    }
     let object = read_object(&a.object)?;
     let old_object = a.old_object.as_ref().map(read_object).transpose()?;
     let cluster = ClusterObjects::new(resources.resources);
@@ -207,13 +341,13 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     complete_request(&mut request, &table);
+    problems.extend(missing_policy_problems(&loaded));
+    let observer = ExplainObserver::new(&loaded.policies, &loaded.bindings);
     let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
-    for e in &errors {
-        eprintln!("warning: {e}");
-    }
+    problems.extend(errors.iter().map(ToString::to_string));
     let authorizer: Box<dyn Authorizer> = match &a.authorizer {
         Some(path) => Box::new(
-            FixedAuthorizer::from_json(&read_object(path)?)
+            FixedAuthorizer::from_json(&read_document(path)?)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
         ),
         None if a.authorizer_allow_all => Box::new(AlwaysAllow),
@@ -225,28 +359,96 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
         resources: &table,
         authorizer: authorizer.as_ref(),
     };
-    match set.admit(&request, &ctx) {
+    let outcome = if explain {
+        set.admit_with(&request, &ctx, &observer)
+    } else {
+        for p in &problems {
+            eprintln!("warning: {p}");
+        }
+        set.admit(&request, &ctx)
+    };
+    let denied_code = if a.dry_run {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
+    if explain {
+        let explanation = observer.finish(problems, &object, &outcome);
+        if matches!(output, OutputFormat::ExplainJson) {
+            print_stdout(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&explanation)?
+            ))?;
+        } else {
+            print_stdout(&explanation.to_text())?;
+        }
+        return Ok(match outcome {
+            Outcome::Denied { message, .. } if !a.dry_run => {
+                eprintln!("denied: {message}");
+                denied_code
+            }
+            _ => ExitCode::SUCCESS,
+        });
+    }
+    match outcome {
         Outcome::Denied { message, .. } => {
             eprintln!("denied: {message}");
-            Ok(ExitCode::from(1))
+            Ok(denied_code)
         }
         Outcome::Admitted { object: result, .. } => {
-            match a.output {
-                OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&result)?),
-                OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&result)?),
+            let text = match output {
+                OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&result)?),
+                OutputFormat::Yaml => serde_saphyr::to_string(&result)?,
                 OutputFormat::Patch => {
                     let patch = json_patch::diff(&object, &result);
-                    println!("{}", serde_json::to_string_pretty(&patch)?)
+                    format!("{}\n", serde_json::to_string_pretty(&patch)?)
                 }
                 OutputFormat::Diff => {
                     let before = serde_saphyr::to_string(&object)?;
                     let after = serde_saphyr::to_string(&result)?;
-                    print!("{}", line_diff(&before, &after));
+                    line_diff(&before, &after)
                 }
-            }
+                OutputFormat::Explain | OutputFormat::ExplainJson => String::new(),
+            };
+            print_stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+fn print_stdout(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Prints the completion script of `shell`.
+fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kmutate", &mut script);
+    print_stdout(&String::from_utf8_lossy(&script))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bindings whose policy is not among the loaded ones (the dispatcher
+/// ignores them, as upstream does).
+fn missing_policy_problems(loaded: &load::Loaded) -> Vec<String> {
+    let known: std::collections::BTreeSet<&str> =
+        loaded.policies.iter().map(|p| p.name.as_str()).collect();
+    loaded
+        .bindings
+        .iter()
+        .filter(|b| !known.contains(b.policy_name.as_str()))
+        .map(|b| {
+            format!(
+                "{}: binding {:?} refers to policy {:?}, which is not among the loaded policies",
+                b.source, b.name, b.policy_name
+            )
+        })
+        .collect()
 }
 
 /// A minimal unified-style line diff (longest common subsequence).
@@ -319,16 +521,7 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
 fn check(c: CheckArgs) -> Result<ExitCode> {
     let loaded = load::load_paths(&c.paths);
     let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    let known: std::collections::BTreeSet<&str> =
-        loaded.policies.iter().map(|p| p.name.as_str()).collect();
-    for b in &loaded.bindings {
-        if !known.contains(b.policy_name.as_str()) {
-            problems.push(format!(
-                "{}: binding {:?} refers to policy {:?}, which is not among the loaded policies",
-                b.source, b.name, b.policy_name
-            ));
-        }
-    }
+    problems.extend(missing_policy_problems(&loaded));
     let sources: Vec<(String, String)> = loaded
         .policies
         .iter()

@@ -1,5 +1,6 @@
-//! End-to-end tests of the `kmutate` command line: `apply`, `check` and
-//! `conformance` on files written to a temporary folder.
+//! End-to-end tests of the `kmutate` command line: `apply` (with `-o explain`
+//! and `--dry-run`), `check`, `conformance`, every subcommand's `--help` and
+//! `completions`, on files written to a temporary folder.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -64,23 +65,27 @@ fn write(dir: &Path, name: &str, content: &str) -> String {
     p.display().to_string()
 }
 
+/// `kmutate apply` of object `o` with policies `p` and bindings `b`, then `extra`.
+fn apply(p: &str, b: &str, o: &str, extra: &[&str]) -> Output {
+    let args = ["apply", "--policies", p, "--bindings", b, "-f", o];
+    kmutate(&[&args[..], extra].concat())
+}
+
+/// A fresh folder holding `policy`, [`BINDING`] and [`DEPLOYMENT`]: their paths.
+fn fixture(name: &str, policy: &str) -> (PathBuf, [String; 3]) {
+    let dir = scratch(name);
+    let files = [
+        write(&dir, "policy.yaml", policy),
+        write(&dir, "binding.yaml", BINDING),
+        write(&dir, "deploy.yaml", DEPLOYMENT),
+    ];
+    (dir, files)
+}
+
 #[test]
 fn apply_prints_the_mutated_object_and_the_patch() {
-    let dir = scratch("apply");
-    let p = write(&dir, "policy.yaml", POLICY);
-    let b = write(&dir, "binding.yaml", BINDING);
-    let o = write(&dir, "deploy.yaml", DEPLOYMENT);
-    let out = kmutate(&[
-        "apply",
-        "--policies",
-        &p,
-        "--bindings",
-        &b,
-        "-f",
-        &o,
-        "-o",
-        "json",
-    ]);
+    let (_, [p, b, o]) = fixture("apply", POLICY);
+    let out = apply(&p, &b, &o, &["-o", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["spec"]["replicas"], 3);
@@ -89,17 +94,7 @@ fn apply_prints_the_mutated_object_and_the_patch() {
         "nginx"
     );
 
-    let out = kmutate(&[
-        "apply",
-        "--policies",
-        &p,
-        "--bindings",
-        &b,
-        "-f",
-        &o,
-        "-o",
-        "patch",
-    ]);
+    let out = apply(&p, &b, &o, &["-o", "patch"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let patch: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -110,18 +105,12 @@ fn apply_prints_the_mutated_object_and_the_patch() {
 
 #[test]
 fn apply_exits_1_with_the_denial_message() {
-    let dir = scratch("deny");
-    let p = write(
-        &dir,
-        "policy.yaml",
-        &POLICY.replace(
-            "Object{spec: Object.spec{replicas: 3}}",
-            "Object{spec: Object.spec{selector: Object.spec.selector{matchLabels: {'a': 'b'}}}}",
-        ),
+    let policy = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "Object{spec: Object.spec{selector: Object.spec.selector{matchLabels: {'a': 'b'}}}}",
     );
-    let b = write(&dir, "binding.yaml", BINDING);
-    let o = write(&dir, "deploy.yaml", DEPLOYMENT);
-    let out = kmutate(&["apply", "--policies", &p, "--bindings", &b, "-f", &o]);
+    let (_, [p, b, o]) = fixture("deny", &policy);
+    let out = apply(&p, &b, &o, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     // smd.go validatePatch, wrapped by the patcher and the dispatcher.
@@ -177,7 +166,7 @@ fn malformed_and_deeply_nested_input_is_an_error_not_a_crash() {
         ("wrong.yaml", "- just\n- a list\n".to_string()),
     ] {
         let o = write(&dir, name, &content);
-        let out = kmutate(&["apply", "--policies", &p, "--bindings", &b, "-f", &o]);
+        let out = apply(&p, &b, &o, &[]);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out.stderr));
         let err = text(&out.stderr);
         assert!(err.starts_with("error: "), "{name}: {err}");
@@ -233,4 +222,140 @@ fn indent(doc: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The subcommands `kmutate --help` lists (besides `help`).
+const SUBCOMMANDS: [&str; 8] = [
+    "apply",
+    "conformance",
+    "bench",
+    "check",
+    "serve",
+    "loadtest",
+    "translate",
+    "completions",
+];
+
+#[test]
+fn every_subcommand_has_help_with_its_exit_status() {
+    let out = kmutate(&["--help"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Vec<String> = text(&out.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert_eq!(listed, SUBCOMMANDS, "{}", text(&out.stdout));
+    for sub in SUBCOMMANDS {
+        let out = kmutate(&[sub, "--help"]);
+        assert!(out.status.success(), "{sub}: {}", text(&out.stderr));
+        let help = text(&out.stdout);
+        assert!(help.contains("Usage: kmutate "), "{sub}: {help}");
+        assert!(help.contains("Exit status"), "{sub}: {help}");
+    }
+    for sub in ["katalog", "capsule"] {
+        let out = kmutate(&["translate", sub, "--help"]);
+        assert!(out.status.success(), "{sub}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn completions_cover_every_subcommand_in_each_shell() {
+    let out = kmutate(&["completions", "bash"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    for sub in SUBCOMMANDS {
+        // clap_complete's bash script has a case arm per subcommand.
+        assert!(script.contains(&format!("kmutate,{sub})")), "{sub}");
+    }
+    for shell in ["zsh", "fish", "powershell", "elvish"] {
+        let out = kmutate(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("dry-run"), "{shell}");
+    }
+    assert_eq!(kmutate(&["completions", "tcsh"]).status.code(), Some(2));
+}
+
+#[test]
+fn apply_explains_which_policy_changed_which_field() {
+    let (_, [p, b, o]) = fixture("explain", POLICY);
+    let out = apply(&p, &b, &o, &["-o", "explain"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "pass 1:
+  policy set-replicas, binding set-replicas
+    spec.mutations[0] (ApplyConfiguration):
+      spec.replicas: 1 -> 3
+result: admitted, mutated
+"
+    );
+    let out = apply(&p, &b, &o, &["-o", "explain-json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["passes"][0]["invocations"][0]["mutations"][0]["changes"],
+        serde_json::json!([{"path": "spec.replicas", "before": 1, "after": 3}])
+    );
+    assert_eq!(
+        v["outcome"],
+        serde_json::json!({"result": "admitted", "changed": true})
+    );
+}
+
+#[test]
+fn dry_run_reports_a_denial_and_exits_0_but_not_unreadable_input() {
+    let policy = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "Object{spec: Object.spec{replicas: object.spec.paused ? 1 : 2}}",
+    );
+    let (dir, [p, b, o]) = fixture("dry-run", &policy);
+    let out = apply(&p, &b, &o, &["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    // The policy's failurePolicy defaults to Fail, so the error denies (403).
+    assert!(
+        report.contains("    spec.mutations[0] (ApplyConfiguration): error (failurePolicy Fail): "),
+        "{report}"
+    );
+    assert!(
+        report.contains("result: denied (403): policy 'set-replicas' with binding 'set-replicas' denied request: "),
+        "{report}"
+    );
+    let without = apply(&p, &b, &o, &[]);
+    assert_eq!(without.status.code(), Some(1));
+
+    let missing = dir.join("missing.yaml").display().to_string();
+    let out = apply(&p, &b, &missing, &["--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("missing.yaml"));
+}
+
+#[test]
+fn apply_reads_authorizer_decisions_from_a_list_file() {
+    // Upstream mutating/compilation_test.go 'authorizer check': the mutation
+    // reads authorizer.group('').resource('endpoints').check('create').allowed().
+    let policy = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "Object{spec: Object.spec{replicas: authorizer.group('').resource('endpoints').check('create').allowed() ? 10 : 0}}",
+    );
+    let (dir, [p, b, o]) = fixture("authorizer", &policy);
+    let decisions = write(
+        &dir,
+        "authz.yaml",
+        "- {resource: endpoints, verb: create, allowed: true}\n",
+    );
+    for (extra, replicas) in [
+        (vec!["--authorizer", decisions.as_str()], 10),
+        (vec!["--authorizer-allow-all"], 10),
+        (vec![], 0),
+    ] {
+        let out = apply(&p, &b, &o, &[&extra[..], &["-o", "json"]].concat());
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["spec"]["replicas"], replicas, "{extra:?}");
+    }
 }

@@ -254,6 +254,52 @@ pub trait AdmissionObserver {
 
     /// The reinvocation pass is about to run.
     fn reinvocation(&self) {}
+
+    /// What one mutation did, with the object before and after it (for
+    /// `kmutate apply -o explain`); called right after [`AdmissionObserver::mutation`].
+    fn mutation_step(&self, _step: &MutationStep<'_>) {}
+
+    /// A matched binding's invocation ran no mutation (for `kmutate apply -o explain`).
+    fn invocation_skipped(
+        &self,
+        _policy: &str,
+        _binding: &str,
+        _param: Option<&Json>,
+        _reason: SkipReason<'_>,
+    ) {
+    }
+}
+
+/// One mutation of an invocation and its effect ([`AdmissionObserver::mutation_step`]).
+pub struct MutationStep<'a> {
+    /// The policy name.
+    pub policy: &'a str,
+    /// The binding name.
+    pub binding: &'a str,
+    /// The invocation's param object, if the binding has params.
+    pub param: Option<&'a Json>,
+    /// The mutation's index in `spec.mutations`.
+    pub index: usize,
+    /// The mutation's patch type.
+    pub patch_type: PatchType,
+    /// The schema of the matched kind, if the store has one.
+    pub schema: Option<&'a crate::schema::TypeRef>,
+    /// The object before the mutation, in the matched version.
+    pub before: &'a Json,
+    /// The object after the mutation, or the mutation's error.
+    pub after: Result<&'a Json, &'a str>,
+}
+
+/// Why a matched binding ran no mutation ([`AdmissionObserver::invocation_skipped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason<'a> {
+    /// This match condition evaluated to false.
+    ConditionFalse(&'a str),
+    /// A match condition failed: skipped under failurePolicy Ignore, an
+    /// error of the pass under Fail.
+    ConditionError(&'a str),
+    /// No param object was found and parameterNotFoundAction is Allow.
+    ParamNotFound,
 }
 
 /// Observes nothing.
@@ -491,6 +537,12 @@ impl PolicySet {
             }
         };
         if params.is_empty() {
+            state.observer.invocation_skipped(
+                &policy.name,
+                &binding.name,
+                None,
+                SkipReason::ParamNotFound,
+            );
             return Ok(());
         }
         let schema =
@@ -578,6 +630,7 @@ impl PolicySet {
                 .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
                 let mut first_error: Option<String> = None;
                 let mut skip = false;
+                let mut false_condition = "";
                 for (name, cond) in &compiled.match_conditions {
                     let result = match cond {
                         Err(e) => Err(e.clone()),
@@ -600,7 +653,12 @@ impl PolicySet {
                         Ok(true) => {}
                         // Upstream evaluates every condition: one running
                         // out of the budget fails the match, false or not.
-                        Ok(false) => skip = true,
+                        Ok(false) => {
+                            skip = true;
+                            if false_condition.is_empty() {
+                                false_condition = name;
+                            }
+                        }
                         Err(e) if act.out_of_budget() => {
                             first_error = Some(e);
                             skip = false;
@@ -614,11 +672,20 @@ impl PolicySet {
                 if skip {
                     first_error = None;
                 }
+                let skipped = |reason| {
+                    let param = param.as_ref();
+                    state
+                        .observer
+                        .invocation_skipped(&policy.name, &binding.name, param, reason)
+                };
                 if let Some(e) = first_error {
+                    skipped(SkipReason::ConditionError(&e));
                     if policy.failure_policy == FailurePolicy::Fail {
                         state.errors.push(error(e));
                     }
                     skip = true;
+                } else if skip {
+                    skipped(SkipReason::ConditionFalse(false_condition));
                 }
                 if skip {
                     continue;
@@ -632,13 +699,24 @@ impl PolicySet {
             let observer = state.observer;
             for (index, (patch_type, expr)) in compiled.mutations.iter().enumerate() {
                 let started = std::time::Instant::now();
-                let observe = |e: Option<&str>| {
-                    observer.mutation(&policy.name, &binding.name, started.elapsed(), e)
+                let observe = |after: Result<&Json, &str>| {
+                    let elapsed = started.elapsed();
+                    observer.mutation(&policy.name, &binding.name, elapsed, after.err());
+                    observer.mutation_step(&MutationStep {
+                        policy: &policy.name,
+                        binding: &binding.name,
+                        param: param.as_ref(),
+                        index,
+                        patch_type: *patch_type,
+                        schema: schema.as_ref(),
+                        before: &versioned,
+                        after,
+                    });
                 };
                 let expr = match expr {
                     Ok(e) => e,
                     Err(e) => {
-                        observe(Some(e));
+                        observe(Err(e));
                         state.errors.push(error(e.clone()));
                         continue;
                     }
@@ -681,7 +759,7 @@ impl PolicySet {
                             gvk_string(&matched.gvk)
                         ),
                     };
-                    observe(Some(&status.message));
+                    observe(Err(&status.message));
                     outcome = Err(status);
                     break;
                 };
@@ -690,19 +768,19 @@ impl PolicySet {
                     .and_then(|m| apply_mutation(&versioned, m, schema, &mut state.checks))
                 {
                     Ok(Some(v)) => {
-                        observe(None);
+                        observe(Ok(&v));
                         if v != versioned {
                             invocation_changed = true;
                             versioned = v;
                         }
                     }
-                    Ok(None) => observe(None),
+                    Ok(None) => observe(Ok(&versioned)),
                     Err(StepError::Policy(e)) => {
-                        observe(Some(&e));
+                        observe(Err(&e));
                         state.errors.push(error(e))
                     }
                     Err(StepError::Status(st)) => {
-                        observe(Some(&st.message));
+                        observe(Err(&st.message));
                         outcome = Err(st);
                         break;
                     }
