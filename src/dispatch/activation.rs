@@ -7,7 +7,8 @@ use crate::cel::convert::json_to_val_for;
 use crate::cel::cost::{OUT_OF_BUDGET, RUNTIME_CEL_COST_BUDGET};
 use crate::cel::{error_text, CelEnvironment, CompiledExpression};
 use cel::common::traits::Indexer;
-use cel::common::types::{self, CelString, Type};
+use cel::common::types::{self, CelList, CelMap, CelMapKey, CelString, Type};
+use std::collections::HashMap;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::ExecutionError;
@@ -165,7 +166,29 @@ impl<'a> Activation<'a> {
 }
 
 /// Copies a value out of the evaluation so that it outlives it.
+///
+/// Strings, lists and maps (what variables mostly hold) are copied in one
+/// pass; other values go through `cel::Value`, which owns its data.
 fn to_static(v: &dyn Val) -> Result<Box<dyn Val + 'static>, String> {
+    if let Some(s) = v.downcast_ref::<CelString>() {
+        return Ok(Box::new(s.clone().into_static()));
+    }
+    if let Some(list) = v.downcast_ref::<CelList>() {
+        let items = list
+            .inner()
+            .iter()
+            .map(|item| to_static(item.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Box::new(CelList::from(items)));
+    }
+    if let Some(map) = v.downcast_ref::<CelMap>() {
+        let mut entries: HashMap<CelMapKey<'static>, Box<dyn Val + 'static>> =
+            HashMap::with_capacity(map.inner().len());
+        for (key, value) in map.inner() {
+            entries.insert(key.clone().into_static(), to_static(value.as_ref())?);
+        }
+        return Ok(Box::new(CelMap::from(entries)));
+    }
     if let Some(decision) = crate::cel::authz::to_static(v) {
         return Ok(decision);
     }
