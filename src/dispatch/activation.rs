@@ -8,11 +8,11 @@ use crate::cel::cost::{OUT_OF_BUDGET, RUNTIME_CEL_COST_BUDGET};
 use crate::cel::{error_text, CelEnvironment, CompiledExpression};
 use cel::common::traits::Indexer;
 use cel::common::types::{self, CelList, CelMap, CelMapKey, CelString, Type};
-use std::collections::HashMap;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::ExecutionError;
 use serde_json::Value as Json;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
