@@ -313,8 +313,7 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
     let mut loaded = load::load_paths(&a.policies);
     let bindings = load::load_paths(&a.bindings);
     let resources = load::load_paths(&a.resources);
-    loaded.bindings.extend(bindings.bindings);
-    loaded.policies.extend(bindings.policies);
+    loaded.absorb_definitions(bindings.policies, bindings.bindings);
     let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
     problems.extend(
         bindings

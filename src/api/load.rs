@@ -50,6 +50,52 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// Adds policies and bindings loaded elsewhere (e.g. `--bindings` after
+    /// `--policies`), with the same checks on names as [`Loaded::add_document`].
+    pub fn absorb_definitions(&mut self, policies: Vec<Policy>, bindings: Vec<Binding>) {
+        policies.into_iter().for_each(|p| self.push_policy(p));
+        bindings.into_iter().for_each(|b| self.push_binding(b));
+    }
+
+    /// Adds a policy unless one of its name is already there: the same
+    /// document read twice (overlapping paths) is kept once; another
+    /// document of the same name is an error, as names are unique in a
+    /// cluster, and the first stays.
+    fn push_policy(&mut self, p: Policy) {
+        match self.policies.iter().find(|q| q.name == p.name) {
+            None => self.policies.push(p),
+            Some(q) if *q == p => {}
+            Some(q) => {
+                let message = format!(
+                    "MutatingAdmissionPolicy {:?} is also defined at {}; names are unique, the first is used",
+                    p.name, q.source
+                );
+                self.errors.push(LoadError::Invalid {
+                    at: p.source,
+                    message,
+                });
+            }
+        }
+    }
+
+    /// [`Loaded::push_policy`] for bindings.
+    fn push_binding(&mut self, b: Binding) {
+        match self.bindings.iter().find(|c| c.name == b.name) {
+            None => self.bindings.push(b),
+            Some(c) if *c == b => {}
+            Some(c) => {
+                let message = format!(
+                    "MutatingAdmissionPolicyBinding {:?} is also defined at {}; names are unique, the first is used",
+                    b.name, c.source
+                );
+                self.errors.push(LoadError::Invalid {
+                    at: b.source,
+                    message,
+                });
+            }
+        }
+    }
+
     /// Adds one decoded document, classifying it by kind.
     pub fn add_document(&mut self, doc: serde_json::Value, source: SourceRef) {
         if doc.is_null() {
@@ -64,7 +110,7 @@ impl Loaded {
         match kind {
             "MutatingAdmissionPolicy" if is_admission => {
                 match policy_from_json(&doc, source.clone()) {
-                    Ok(p) => self.policies.push(p),
+                    Ok(p) => self.push_policy(p),
                     Err(e) => self.errors.push(LoadError::Invalid {
                         at: source,
                         message: e.to_string(),
@@ -73,7 +119,7 @@ impl Loaded {
             }
             "MutatingAdmissionPolicyBinding" if is_admission => {
                 match binding_from_json(&doc, source.clone()) {
-                    Ok(b) => self.bindings.push(b),
+                    Ok(b) => self.push_binding(b),
                     Err(e) => self.errors.push(LoadError::Invalid {
                         at: source,
                         message: e.to_string(),
@@ -293,6 +339,38 @@ mod tests {
             yaml.push_str("a:\n");
         }
         assert!(parse_documents(&yaml).is_err());
+    }
+
+    #[test]
+    fn a_name_defined_twice_loads_once() {
+        let policy = |mutation: &str| {
+            parse_documents(&format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\nmetadata: {{name: p}}\nspec:\n  matchConstraints: {{resourceRules: []}}\n  mutations:\n  - patchType: JSONPatch\n    jsonPatch: {{expression: {mutation:?}}}\n"
+            ))
+            .unwrap()
+            .remove(0)
+        };
+        let at = |file: &str| SourceRef {
+            file: file.into(),
+            document: 0,
+        };
+        let mut loaded = Loaded::default();
+        loaded.add_document(policy("[]"), at("a.yaml"));
+        // The same document again (a folder given as --policies and --bindings).
+        let mut again = Loaded::default();
+        again.add_document(policy("[]"), at("a.yaml"));
+        loaded.absorb_definitions(again.policies, again.bindings);
+        assert_eq!(loaded.policies.len(), 1);
+        assert!(loaded.errors.is_empty());
+        // Another document of the same name: an error naming both places.
+        loaded.add_document(policy("[ ]"), at("b.yaml"));
+        assert_eq!(loaded.policies.len(), 1);
+        assert_eq!(loaded.policies[0].source, at("a.yaml"));
+        let msg = loaded.errors[0].to_string();
+        assert!(
+            msg.starts_with("b.yaml (document 0)") && msg.contains("also defined at a.yaml"),
+            "{msg}"
+        );
     }
 
     #[test]

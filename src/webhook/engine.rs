@@ -51,8 +51,7 @@ impl Engine {
         let mut loaded = load::load_paths(&sources.policies);
         let bindings = load::load_paths(&sources.bindings);
         let resources = load::load_paths(&sources.resources);
-        loaded.policies.extend(bindings.policies);
-        loaded.bindings.extend(bindings.bindings);
+        loaded.absorb_definitions(bindings.policies, bindings.bindings);
         let mut problems: Vec<String> = loaded
             .errors
             .iter()
