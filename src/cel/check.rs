@@ -494,6 +494,17 @@ fn qualified_name(e: &IdedExpr) -> Option<String> {
     }
 }
 
+/// One error at byte `offset` of `source`, as upstream displays it (see `display`).
+pub(super) fn render_issue(source: &str, offset: u32, message: &str) -> String {
+    display(
+        source,
+        &Issue {
+            offset,
+            message: message.to_string(),
+        },
+    )
+}
+
 /// `ERROR: <input>:line:column: message`, then the line and a caret under
 /// the column, as cel-go's `common.Error.ToDisplayString` (columns count
 /// characters; a wide character is marked with wide dots).

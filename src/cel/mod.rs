@@ -5,6 +5,7 @@
 mod check;
 pub mod convert;
 pub mod cost;
+pub mod field_warnings;
 mod library;
 pub mod object_types;
 mod rewrite;
