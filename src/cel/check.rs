@@ -694,6 +694,35 @@ mod tests {
         assert!(!e.contains("expected type"), "{e}");
     }
 
+    // The overload check calls functions on stand-in values ('' for a
+    // string, 0 for an int): a stand-in a function refuses for its value,
+    // not its type, must not make a valid call an error. Upstream library
+    // documentation examples (k8s.io/apiserver/pkg/cel/library, cel-go ext).
+    #[test]
+    fn calls_valid_for_their_types_compile() {
+        for s in [
+            "int('5') == 5 && uint('5') == 5u && double('1.5') == 1.5 && bool('true')",
+            "bytes('a') == b'a' && string(1) == '1'",
+            "duration('1s') < duration('1m') && timestamp('2020-01-01T00:00:00Z') < timestamp('2021-01-01T00:00:00Z')",
+            "quantity('1Gi').isGreaterThan(quantity('1Mi')) && isQuantity('1Gi')",
+            "url('https://example.com/x').getHost() == 'example.com' && isURL('https://x')",
+            "ip('1.2.3.4').family() == 4 && isIP('1.2.3.4') && cidr('10.0.0.0/8').containsIP('10.1.2.3')",
+            "isCIDR('10.0.0.0/8') && semver('1.2.3').major() == 1 && isSemver('1.2.3')",
+            "format.named('dns1123Label').hasValue()",
+            "'abc'.charAt(1) == 'b' && 'abc'.substring(1, 2) == 'b' && 'abc'.indexOf('c', 1) == 2",
+            "'a,b'.split(',', 1) == ['a,b'] && 'abc'.replace('b', 'x', 1) == 'axc'",
+            "'%d items'.format([3]) == '3 items'",
+            "[1, 2, 3].sum() == 6 && [3, 1].min() == 1 && [1, 2].indexOf(2) == 1",
+            "[1, 2, 3].slice(1, 2) == [2] && lists.range(3) == [0, 1, 2]",
+            "sets.contains([1, 2], [1]) && sets.intersects([1], [1])",
+            "strings.quote('a') == '\"a\"' && ['a', 'b'].join('-') == 'a-b'",
+            "'abc'.matches('^a') && 'abc 123'.find('[0-9]+') == '123'",
+            "size('abc') == 3 && size([1]) == 1 && size({'a': 1}) == 1",
+        ] {
+            compiles(s);
+        }
+    }
+
     #[test]
     fn valid_expressions_still_compile() {
         for s in [
