@@ -1,7 +1,8 @@
 //! Schema-aware warnings: a field selection on `object` or `oldObject`
 //! (`object.spec.replicaz`, `has(object.spec.replicaz)`,
-//! `object.?spec.?replicaz`) that the schema of the policy's kinds does not
-//! declare.
+//! `object.?spec.?replicaz`, and through comprehension variables over a
+//! declared list: `object.spec.template.spec.containers.all(c, c.imagez)`)
+//! that the schema of the policy's kinds does not declare.
 //!
 //! Upstream declares `object` and `oldObject` `dyn` for MutatingAdmissionPolicy
 //! expressions, so such a selection compiles and fails (or is absent) at run
@@ -188,6 +189,14 @@ fn expression_warnings(source: &str, kinds: &[Kind]) -> Vec<(String, String)> {
     })
 }
 
+/// The elements of a list every kind declares: the path written to reach
+/// them (`object.spec.containers[*]`) and their type in each kind.
+#[derive(Clone)]
+struct Element {
+    path: String,
+    specs: Vec<TypeSpec>,
+}
+
 /// One step of a selection chain.
 enum Step {
     /// A field (or a map key given as a string literal), with the node that selects it.
@@ -199,8 +208,10 @@ enum Step {
 struct Walker<'a> {
     kinds: &'a [Kind],
     info: &'a SourceInfo,
-    /// Comprehension variables in scope (they shadow `object`).
-    bound: Vec<String>,
+    /// Comprehension variables in scope, innermost last (they shadow
+    /// `object`): those ranging over a list the schemas declare carry its
+    /// element's type in each kind.
+    bound: Vec<(String, Option<Element>)>,
     /// (path, message) by source offset (a chain and its sub-chains meet
     /// the same absent field once).
     found: BTreeMap<u32, (String, String)>,
@@ -213,9 +224,15 @@ impl Walker<'_> {
             Expr::Comprehension(c) => {
                 self.visit(&c.iter_range);
                 self.visit(&c.accu_init);
-                self.bound.push(c.iter_var.clone());
-                self.bound.extend(c.iter_var2.iter().cloned());
-                self.bound.push(c.accu_var.clone());
+                let element = if c.iter_var2.is_none() {
+                    self.elements_of(&c.iter_range)
+                } else {
+                    None
+                };
+                self.bound.push((c.iter_var.clone(), element));
+                self.bound
+                    .extend(c.iter_var2.iter().map(|v| (v.clone(), None)));
+                self.bound.push((c.accu_var.clone(), None));
                 let n = 2 + usize::from(c.iter_var2.is_some());
                 for x in [&c.loop_cond, &c.loop_step, &c.result] {
                     self.visit(x);
@@ -229,10 +246,10 @@ impl Walker<'_> {
                 if let Some(t) = &call.target {
                     self.visit(t);
                 }
-                let names: Vec<String> = call.args[..2]
+                let names: Vec<(String, Option<Element>)> = call.args[..2]
                     .iter()
                     .filter_map(|a| match &a.expr {
-                        Expr::Ident(n) => Some(n.clone()),
+                        Expr::Ident(n) => Some((n.clone(), None)),
                         _ => None,
                     })
                     .collect();
@@ -247,7 +264,7 @@ impl Walker<'_> {
             Expr::Call(call) if is_bind(call) => {
                 self.visit(&call.args[1]);
                 if let Expr::Ident(n) = &call.args[0].expr {
-                    self.bound.push(n.clone());
+                    self.bound.push((n.clone(), None));
                     self.visit(&call.args[2]);
                     self.bound.pop();
                 }
@@ -256,19 +273,55 @@ impl Walker<'_> {
         }
     }
 
-    /// If `e` selects from `object` or `oldObject`, walks the schemas along
-    /// the selection and records a warning at the first field every kind
-    /// lacks.
+    /// Where a chain's root starts in each kind's schema, and how its path
+    /// is written: `object`/`oldObject`, or a variable over declared list
+    /// elements; `None` for anything else.
+    fn root(&self, name: &str) -> Option<(String, Vec<TypeSpec>)> {
+        if let Some((_, element)) = self.bound.iter().rev().find(|(n, _)| n == name) {
+            let element = element.as_ref()?;
+            return Some((element.path.clone(), element.specs.clone()));
+        }
+        if name == "object" || name == "oldObject" {
+            Some((
+                name.to_string(),
+                self.kinds.iter().map(|k| k.root.clone()).collect(),
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The elements of the list `range` selects, when every kind declares it
+    /// as a list.
+    fn elements_of(&self, range: &IdedExpr) -> Option<Element> {
+        let mut steps = Vec::new();
+        let name = chain(range, &mut steps)?;
+        steps.reverse();
+        let (mut path, starts) = self.root(&name)?;
+        let mut specs = Vec::new();
+        for (kind, start) in self.kinds.iter().zip(starts) {
+            let spec = walk(kind, start, &steps)?;
+            let list = kind.schema.resolve(&spec)?.list?;
+            specs.push(list.def.element.clone());
+        }
+        push_path(&mut path, &steps);
+        path.push_str("[*]");
+        Some(Element { path, specs })
+    }
+
+    /// If `e` selects from `object`, `oldObject` or a variable over their
+    /// declared list elements, walks the schemas along the selection and
+    /// records a warning at the first field every kind lacks.
     fn check_chain(&mut self, e: &IdedExpr) {
         let mut steps = Vec::new();
         let Some(root) = chain(e, &mut steps) else {
             return;
         };
-        if !(root == "object" || root == "oldObject") || self.bound.contains(&root) {
+        let Some((root, starts)) = self.root(&root) else {
             return;
-        }
+        };
         steps.reverse();
-        let Some((index, id)) = self.first_absent(&steps) else {
+        let Some((index, id)) = self.first_absent(&starts, &steps) else {
             return;
         };
         let Step::Field(name, _) = &steps[index] else {
@@ -277,16 +330,8 @@ impl Walker<'_> {
         let Some((offset, _)) = self.info.offset_for(id) else {
             return;
         };
-        let mut path = root.clone();
-        for s in &steps[..=index] {
-            match s {
-                Step::Field(f, _) => {
-                    path.push('.');
-                    path.push_str(f);
-                }
-                Step::Element => path.push_str("[*]"),
-            }
-        }
+        let mut path = root;
+        push_path(&mut path, &steps[..=index]);
         // As `policy/validating/typechecking.go` reports it: the checker's
         // error for each kind, prefixed with the kind.
         let issue = render_issue(
@@ -305,10 +350,10 @@ impl Walker<'_> {
 
     /// The index and node of the first field step that no kind declares,
     /// if every kind lacks it.
-    fn first_absent(&self, steps: &[Step]) -> Option<(usize, u64)> {
+    fn first_absent(&self, starts: &[TypeSpec], steps: &[Step]) -> Option<(usize, u64)> {
         let mut first: Option<(usize, u64)> = None;
-        for kind in self.kinds {
-            let (i, id) = absent_in(kind, steps)?;
+        for (kind, start) in self.kinds.iter().zip(starts) {
+            let (i, id) = absent_in(kind, start.clone(), steps)?;
             match first {
                 None => first = Some((i, id)),
                 Some((j, _)) if j == i => {}
@@ -321,30 +366,87 @@ impl Walker<'_> {
     }
 }
 
-/// Where, along `steps`, `kind`'s schema lacks a field: its index and node.
-fn absent_in(kind: &Kind, steps: &[Step]) -> Option<(usize, u64)> {
-    let mut spec = kind.root.clone();
-    for (i, step) in steps.iter().enumerate() {
-        let resolved = kind.schema.resolve(&spec)?;
-        spec = match step {
-            Step::Field(name, id) => {
-                let map = resolved.map?;
-                match map.def.field(name) {
-                    Some(f) => f.ty.clone(),
-                    None => match &map.def.element {
-                        Some(e) => e.clone(),
-                        // `apiVersion` and `kind` are always present.
-                        None if i == 0 && (name == "apiVersion" || name == "kind") => return None,
-                        None => return Some((i, *id)),
-                    },
-                }
+/// Appends the written form of `steps` to `path`.
+fn push_path(path: &mut String, steps: &[Step]) {
+    for s in steps {
+        match s {
+            Step::Field(f, _) => {
+                path.push('.');
+                path.push_str(f);
             }
-            Step::Element => match (&resolved.list, &resolved.map) {
-                (Some(l), _) => l.def.element.clone(),
-                (None, Some(m)) => m.def.element.clone()?,
-                (None, None) => return None,
+            Step::Element => path.push_str("[*]"),
+        }
+    }
+}
+
+/// Where one step leads in a schema.
+enum Next {
+    /// To a value of this type.
+    Type(TypeSpec),
+    /// To a field the map type does not declare (and has no free keys).
+    Absent,
+    /// Somewhere this check cannot follow (a scalar, an unknown type).
+    Unknown,
+}
+
+/// Where `step` leads from a value of type `spec` in `kind`'s schema.
+fn next(kind: &Kind, spec: &TypeSpec, step: &Step) -> Next {
+    let Some(resolved) = kind.schema.resolve(spec) else {
+        return Next::Unknown;
+    };
+    let found = match step {
+        Step::Field(name, _) => match &resolved.map {
+            Some(map) => match map.def.field(name) {
+                Some(f) => Some(f.ty.clone()),
+                None => match &map.def.element {
+                    Some(e) => Some(e.clone()),
+                    None => return Next::Absent,
+                },
             },
-        };
+            None => None,
+        },
+        Step::Element => match (&resolved.list, &resolved.map) {
+            (Some(l), _) => Some(l.def.element.clone()),
+            (None, Some(m)) => m.def.element.clone(),
+            (None, None) => None,
+        },
+    };
+    found.map_or(Next::Unknown, Next::Type)
+}
+
+/// The type `steps` lead to from `start` in `kind`'s schema, when every
+/// step is declared.
+fn walk(kind: &Kind, start: TypeSpec, steps: &[Step]) -> Option<TypeSpec> {
+    let mut spec = start;
+    for step in steps {
+        match next(kind, &spec, step) {
+            Next::Type(t) => spec = t,
+            Next::Absent | Next::Unknown => return None,
+        }
+    }
+    Some(spec)
+}
+
+/// Where, along `steps` from `start`, `kind`'s schema lacks a field: its
+/// index and node.
+fn absent_in(kind: &Kind, start: TypeSpec, steps: &[Step]) -> Option<(usize, u64)> {
+    let mut spec = start;
+    for (i, step) in steps.iter().enumerate() {
+        match next(kind, &spec, step) {
+            Next::Type(t) => spec = t,
+            Next::Unknown => return None,
+            Next::Absent => {
+                let Step::Field(name, id) = step else {
+                    return None;
+                };
+                // `apiVersion` and `kind` are always present (at the root;
+                // elsewhere, left alone too).
+                if i == 0 && (name == "apiVersion" || name == "kind") {
+                    return None;
+                }
+                return Some((i, *id));
+            }
+        }
     }
     None
 }
@@ -478,6 +580,19 @@ mod tests {
                 "object.spec.template.spec.containers[*].imagez",
             ),
             ("object.spec.replicaz.foo.bar == 1", "object.spec.replicaz"),
+            // comprehension variables over declared lists have their type
+            (
+                "object.spec.template.spec.containers.all(c, c.imagez != '')",
+                "object.spec.template.spec.containers[*].imagez",
+            ),
+            (
+                "object.spec.template.spec.containers.map(c, c.ports.filter(p, p.containerPortz > 0))",
+                "object.spec.template.spec.containers[*].ports[*].containerPortz",
+            ),
+            (
+                "object.spec.template.spec.containers.all(object, object.imagez == '')",
+                "object.spec.template.spec.containers[*].imagez",
+            ),
         ] {
             let w = warnings(deployments(), expression);
             assert_eq!(w.len(), 1, "{expression}: {w:?}");
@@ -506,7 +621,9 @@ mod tests {
             "object.metadata.annotations['example.com/x'] == 'y'",
             "object.apiVersion == 'apps/v1' && object.kind == 'Deployment'",
             "object.spec.template.spec.containers.all(c, c.image != '')",
-            "object.spec.template.spec.containers.all(c, c.imagez != '')",
+            "object.spec.template.spec.containers.exists(c, c.ports.all(p, p.containerPort > 0))",
+            "object.metadata.labels.all(k, k.foo == 'x')",
+            "object.spec.template.spec.containers.all(i, c, c.imagez != '')",
             "[1].all(object, object.foo == 1)",
             "cel.bind(object, {'a': 1}, object.a == 1)",
             "params.spec.replicaz == 1",
