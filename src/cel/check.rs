@@ -723,6 +723,19 @@ mod tests {
         }
     }
 
+    // cel-go columns count characters; a wide character is marked with
+    // wide dots (common/errors.go ToDisplayString).
+    #[test]
+    fn positions_after_non_ascii_text() {
+        assert!(error("'é' + 1").contains(
+            "ERROR: <input>:1:5: found no matching overload for '_+_' applied to '(string, int)'"
+        ));
+        assert_eq!(
+            error("['日本', 1]"),
+            "compilation failed: ERROR: <input>:1:8: expected type 'string' but found 'int'\n | ['日本', 1]\n | ..\u{ff0e}\u{ff0e}...^"
+        );
+    }
+
     #[test]
     fn valid_expressions_still_compile() {
         for s in [
