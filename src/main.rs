@@ -535,11 +535,30 @@ fn check(c: CheckArgs) -> Result<ExitCode> {
             .unwrap_or("");
         problems.push(format!("{at}: {e}"));
     }
-    for p in &problems {
+    // Schema-aware field warnings (CRDs among the paths give their schemas):
+    // reported, never a problem.
+    let cluster = ClusterObjects::new(loaded.resources.clone());
+    let table = ResourceTable::new(cluster.crds());
+    let schemas = SchemaStore::with_crds(cluster.crds());
+    let warnings: Vec<String> = loaded
+        .policies
+        .iter()
+        .flat_map(|p| {
+            kmutate::cel::field_warnings::policy_field_warnings(p, &table, &schemas)
+                .into_iter()
+                .map(move |w| format!("{}: {w}", p.source))
+        })
+        .collect();
+    for p in problems.iter().chain(&warnings) {
         println!("{p}");
     }
+    let warned = if warnings.is_empty() {
+        String::new()
+    } else {
+        format!(", {} warnings", warnings.len())
+    };
     println!(
-        "{} policies, {} bindings, {} problems",
+        "{} policies, {} bindings, {} problems{warned}",
         loaded.policies.len(),
         loaded.bindings.len(),
         problems.len()

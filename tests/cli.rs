@@ -359,3 +359,40 @@ fn apply_reads_authorizer_decisions_from_a_list_file() {
         assert_eq!(v["spec"]["replicas"], replicas, "{extra:?}");
     }
 }
+
+/// `kmutate check` reports a field the matched kind's schema lacks as a
+/// warning (in upstream's type-checking words), and still exits 0; a
+/// constant `matches` pattern that is not a Go regex is a problem.
+#[test]
+fn check_reports_field_warnings_and_regex_errors() {
+    let dir = scratch("check-field-warnings");
+    let warned = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "has(object.spec.replicaz) ? Object{} : Object{spec: Object.spec{replicas: 3}}",
+    );
+    std::fs::write(dir.join("policy.yaml"), &warned).unwrap();
+    let out = kmutate(&["check", dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("policy \"set-replicas\": spec.mutations[0].applyConfiguration.expression: warning: object.spec.replicaz: apps/v1, Kind=Deployment: ERROR: <input>:1:4: undefined field 'replicaz'"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 policies, 0 bindings, 0 problems, 1 warnings"),
+        "{stdout}"
+    );
+
+    let bad = POLICY.replace(
+        "Object{spec: Object.spec{replicas: 3}}",
+        "object.metadata.name.matches('[') ? Object{} : Object{}",
+    );
+    std::fs::write(dir.join("policy.yaml"), &bad).unwrap();
+    let out = kmutate(&["check", dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("compilation failed: ERROR: <input>:1:30: invalid matches argument"),
+        "{stdout}"
+    );
+}

@@ -1,19 +1,42 @@
 //! A conservative compile-time check of what upstream's type checker
-//! (cel-go `checker`) rejects, for the `cel` crate has none. It only reports
-//! what it can prove upstream rejects, whatever the variables hold:
+//! (cel-go `checker`) and the AST validators Kubernetes enables reject, for
+//! the `cel` crate has neither. It only reports what it can prove upstream
+//! rejects, whatever the variables hold; it runs once per expression, at
+//! load time, never per request.
 //!
-//! - calls to functions nobody declares: `undeclared reference to 'foo'
-//!   (in container '')`;
-//! - calls whose target and arguments are all literals and that no overload
-//!   accepts: `found no matching overload for 'startsWith' applied to
-//!   'string.(int)'`.
+//! In upstream's order, each step only when the previous one found nothing:
+//!
+//! 1. the checker: calls to functions nobody declares (`undeclared reference
+//!    to 'foo' (in container '')`), and calls whose argument types are known
+//!    (literals, conversions, arithmetic on them, see `types`) that no
+//!    overload accepts (`found no matching overload for 'startsWith' applied
+//!    to 'string.(int)'`);
+//! 2. the validators of Kubernetes' base environment
+//!    (`k8s.io/apiserver/pkg/cel/environment/base.go`: `cel.HomogeneousAggregateLiterals()`
+//!    since 1.0, `cel.ValidateRegexLiterals()` and
+//!    `cel.ValidateHomogeneousAggregateLiterals()` since 1.29): a constant
+//!    `matches` pattern that is not a valid Go regex (`invalid matches
+//!    argument`), list and map literals whose entries' types differ
+//!    (`expected type 'int' but found 'string'`);
+//! 3. building the program: a constant `find`/`findAll`/`matches` pattern
+//!    that does not compile (Kubernetes' regex library optimizations and
+//!    cel-go's `MatchesRegexOptimization`), reported as `program
+//!    instantiation failed: error parsing regexp: ...`.
 //!
 //! Errors are reported in upstream's format, with the position of the
-//! offending node and the line of source under it.
+//! offending node and the line of source under it, sorted by position.
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, SourceInfo};
+mod types;
+
+use super::library::regex::go_regex_error;
+use super::{CompileError, CompileStage};
+use cel::common::ast::{
+    operators, CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr, LiteralValue,
+    MapEntryExpr, MapExpr, SourceInfo,
+};
 use cel::{Context, Env, ExecutionError};
 use std::sync::Arc;
+use types::{Scope, Ty};
 
 /// One error: its byte offset in the source and its message.
 struct Issue {
@@ -21,31 +44,56 @@ struct Issue {
     message: String,
 }
 
-/// Checks `ast` (already rewritten), parsed from `info.source`; the error
-/// text, in upstream's words, if upstream's checker rejects it.
-pub(crate) fn check(env: &Arc<Env>, ast: &IdedExpr, info: &SourceInfo) -> Result<(), String> {
+/// Checks `ast` (already rewritten), parsed from `info.source`; the error,
+/// in upstream's words, if upstream refuses it.
+pub(crate) fn check(env: &Arc<Env>, ast: &IdedExpr, info: &SourceInfo) -> Result<(), CompileError> {
     let mut checker = Checker {
         env,
         info,
-        issues: Vec::new(),
+        scope: Scope::default(),
+        type_errors: Vec::new(),
+        validator_errors: Vec::new(),
     };
-    checker.visit(ast, 0);
-    if checker.issues.is_empty() {
-        return Ok(());
+    checker.visit(ast, 0, false);
+    let issues = if !checker.type_errors.is_empty() {
+        checker.type_errors
+    } else {
+        checker.validator_errors
+    };
+    if !issues.is_empty() {
+        return Err(CompileError {
+            message: render(&info.source, issues),
+            stage: CompileStage::Compilation,
+        });
     }
-    let mut issues = checker.issues;
+    match first_bad_constant_regex(ast) {
+        Some(message) => Err(CompileError {
+            message,
+            stage: CompileStage::ProgramInstantiation,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The issues in upstream's display format, sorted by position.
+fn render(source: &str, mut issues: Vec<Issue>) -> String {
     issues.sort_by_key(|i| i.offset);
-    Err(issues
+    issues
         .iter()
-        .map(|i| display(&info.source, i))
+        .map(|i| display(source, i))
         .collect::<Vec<_>>()
-        .join("\n"))
+        .join("\n")
 }
 
 struct Checker<'a> {
     env: &'a Arc<Env>,
     info: &'a SourceInfo,
-    issues: Vec<Issue>,
+    /// The comprehension variables in scope, with their types.
+    scope: Scope,
+    /// What upstream's type checker reports.
+    type_errors: Vec<Issue>,
+    /// What upstream's AST validators report (only when the checker found nothing).
+    validator_errors: Vec<Issue>,
 }
 
 impl Checker<'_> {
@@ -58,50 +106,73 @@ impl Checker<'_> {
     }
 
     fn report(&mut self, offset: u32, message: String) {
-        self.issues.push(Issue { offset, message });
+        self.type_errors.push(Issue { offset, message });
     }
 
-    fn visit(&mut self, e: &IdedExpr, fallback: u32) {
+    /// Visits `e`; `in_format` tells that `e` is an argument of a `format`
+    /// call, or a list or map literal nested in one, which upstream's
+    /// homogeneous-literal validator exempts.
+    fn visit(&mut self, e: &IdedExpr, fallback: u32, in_format: bool) {
         let here = self.offset(e, fallback);
         match &e.expr {
             Expr::Call(call) => {
+                let format = call.func_name == "format";
                 if let Some(t) = &call.target {
-                    self.visit(t, here);
+                    self.visit(t, here, format);
                 }
                 for a in &call.args {
-                    self.visit(a, here);
+                    self.visit(a, here, format);
                 }
                 self.check_call(e, here);
+                self.check_regex_literal(call, here);
             }
             Expr::Comprehension(c) => {
-                for x in [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ] {
-                    self.visit(x, here);
+                self.visit(&c.iter_range, here, false);
+                self.visit(&c.accu_init, here, false);
+                let range = types::type_of(&c.iter_range, &mut self.scope);
+                let accu = if matches!(&c.loop_step.expr, Expr::Ident(n) if *n == c.accu_var) {
+                    // `cel.bind`: the accumulator never changes.
+                    types::type_of(&c.accu_init, &mut self.scope)
+                } else {
+                    Ty::Unknown
+                };
+                self.scope.push(&c.iter_var, types::iteration_type(&range));
+                let mut bound = 1;
+                if let Some(v2) = &c.iter_var2 {
+                    self.scope.push(v2, Ty::Unknown);
+                    bound += 1;
                 }
+                self.scope.push(&c.accu_var, accu);
+                bound += 1;
+                for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                    self.visit(x, here, false);
+                }
+                self.scope.pop(bound);
             }
             Expr::List(l) => {
                 for x in &l.elements {
-                    self.visit(x, here);
+                    self.visit(x, here, in_format);
+                }
+                if !in_format {
+                    self.check_homogeneous_list(l, here);
                 }
             }
             Expr::Map(m) => {
                 for en in &m.entries {
                     if let EntryExpr::MapEntry(me) = &en.expr {
-                        self.visit(&me.key, here);
-                        self.visit(&me.value, here);
+                        self.visit(&me.key, here, in_format);
+                        self.visit(&me.value, here, in_format);
                     }
                 }
+                if !in_format {
+                    self.check_homogeneous_map(m, here);
+                }
             }
-            Expr::Select(s) => self.visit(&s.operand, here),
+            Expr::Select(s) => self.visit(&s.operand, here, false),
             Expr::Struct(s) => {
                 for en in &s.entries {
                     if let EntryExpr::StructField(f) = &en.expr {
-                        self.visit(&f.value, here);
+                        self.visit(&f.value, here, false);
                     }
                 }
             }
@@ -112,9 +183,13 @@ impl Checker<'_> {
     fn check_call(&mut self, e: &IdedExpr, offset: u32) {
         let Expr::Call(call) = &e.expr else { return };
         let name = call.func_name.as_str();
-        // operators and kmutate's internal functions
+        // kmutate's internal functions (two-variable comprehensions)
+        if name.starts_with("@kmutate") {
+            return;
+        }
+        // operators
         if name.starts_with('_') || name.starts_with('@') || name.starts_with("!_") {
-            self.check_literal_call(e, offset);
+            self.check_typed_call(call, offset);
             return;
         }
         let qualified = call
@@ -134,7 +209,7 @@ impl Checker<'_> {
             );
             return;
         }
-        self.check_literal_call(e, offset);
+        self.check_typed_call(call, offset);
     }
 
     /// Whether the environment declares a function `name`, global or
@@ -144,21 +219,18 @@ impl Checker<'_> {
         ctx.add_function(name, || 0i64).is_err()
     }
 
-    /// A call of literals that no overload accepts: evaluating it says so.
-    fn check_literal_call(&mut self, e: &IdedExpr, offset: u32) {
-        let Expr::Call(call) = &e.expr else { return };
+    /// A call whose target and argument types are all known, none `dyn`,
+    /// and that no overload accepts: calling it on values of those types
+    /// says so.
+    fn check_typed_call(&mut self, call: &CallExpr, offset: u32) {
         let mut types = Vec::new();
-        if let Some(t) = &call.target {
-            match literal_type(t) {
-                Some(t) => types.push(t),
-                None => return,
+        for x in call.target.iter().map(|t| &**t).chain(&call.args) {
+            let t = types::type_of(x, &mut self.scope);
+            // `null` is assignable to several types: left alone.
+            if !t.is_concrete() || t.has_null() {
+                return;
             }
-        }
-        for a in &call.args {
-            match literal_type(a) {
-                Some(t) => types.push(t),
-                None => return,
-            }
+            types.push(t);
         }
         let name = call.func_name.as_str();
         // Member calls: only the standard string functions, whose receivers
@@ -166,43 +238,230 @@ impl Checker<'_> {
         if call.target.is_some() && !STRING_MEMBERS.contains(&name) {
             return;
         }
-        let numeric = |t: &str| matches!(t, "int" | "uint" | "double");
+        let member = call.target.is_some();
         // Equality never fails at run time; upstream declares it for two
-        // arguments of one type (numbers aside, left alone here).
-        if name == "_==_" || name == "_!=_" {
-            let (a, b) = (types[0], types[1]);
-            if a != b && !(numeric(a) && numeric(b)) {
+        // arguments of one type (numbers aside, and aggregates, left alone).
+        if name == operators::EQUALS || name == operators::NOT_EQUALS {
+            let (a, b) = (&types[0], &types[1]);
+            if a != b && a.is_scalar() && b.is_scalar() && !(a.is_number() && b.is_number()) {
                 self.no_overload(offset, name, &types, false);
             }
             return;
         }
-        // The logical operators and the conditional may not evaluate all
-        // their arguments: left alone.
-        if matches!(name, "_&&_" | "_||_" | "_?_:_" | "@not_strictly_false") {
+        // The logical operators may not evaluate all their arguments:
+        // upstream declares them on `bool` alone.
+        if name == operators::LOGICAL_AND || name == operators::LOGICAL_OR {
+            if types.iter().any(|t| *t != Ty::Bool) {
+                self.no_overload(offset, name, &types, false);
+            }
             return;
         }
+        // The conditional, and what the rewrites made: left alone.
+        if name == operators::CONDITIONAL || name == operators::NOT_STRICTLY_FALSE {
+            return;
+        }
+        let Some(probe) = probe_call(call, &types) else {
+            return;
+        };
         let ctx = Context::with_env(self.env.clone());
         let failed = matches!(
-            cel::Value::resolve_val(e, &ctx),
+            cel::Value::resolve_val(&probe, &ctx),
             Err(ExecutionError::NoSuchOverload(_)
                 | ExecutionError::UnsupportedBinaryOperator(..)
                 | ExecutionError::ValuesNotComparable(..))
         );
         if failed {
-            self.no_overload(offset, name, &types, call.target.is_some());
+            self.no_overload(offset, name, &types, member);
         }
     }
 
-    fn no_overload(&mut self, offset: u32, name: &str, types: &[&str], member: bool) {
+    fn no_overload(&mut self, offset: u32, name: &str, types: &[Ty], member: bool) {
+        let names: Vec<String> = types.iter().map(Ty::name).collect();
         let signature = if member {
-            format!("{}.({})", types[0], types[1..].join(", "))
+            format!("{}.({})", names[0], names[1..].join(", "))
         } else {
-            format!("({})", types.join(", "))
+            format!("({})", names.join(", "))
         };
         self.report(
             offset,
             format!("found no matching overload for '{name}' applied to '{signature}'"),
         );
+    }
+
+    /// cel-go's `ValidateRegexLiterals`: the first argument of a `matches`
+    /// call (the pattern of `s.matches(p)`), when a string literal, must
+    /// compile as a Go regex.
+    fn check_regex_literal(&mut self, call: &CallExpr, fallback: u32) {
+        if call.func_name != "matches" {
+            return;
+        }
+        let Some(arg) = call.args.first() else { return };
+        let Expr::Literal(LiteralValue::String(pattern)) = &arg.expr else {
+            return;
+        };
+        if go_regex_error(pattern.inner()).is_some() {
+            let offset = self.offset(arg, fallback);
+            self.validator_errors.push(Issue {
+                offset,
+                message: "invalid matches argument".into(),
+            });
+        }
+    }
+
+    /// cel-go's `ValidateHomogeneousAggregateLiterals` on a list literal:
+    /// every element's type is the first's, up to the first that is not.
+    fn check_homogeneous_list(&mut self, l: &ListExpr, fallback: u32) {
+        if !l.optional_indices.is_empty() {
+            return;
+        }
+        let mut first: Option<Ty> = None;
+        for x in &l.elements {
+            let t = types::type_of(x, &mut self.scope);
+            // Past an element of unknown type, upstream may already have
+            // stopped at it.
+            if !t.is_known() || t.has_null() {
+                return;
+            }
+            match &first {
+                None => first = Some(t),
+                Some(f) if *f == t => {}
+                Some(f) => {
+                    let message = mismatch(f, &t);
+                    let offset = self.offset(x, fallback);
+                    self.validator_errors.push(Issue { offset, message });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The same on a map literal, for keys and for values: every entry is
+    /// compared with the first.
+    fn check_homogeneous_map(&mut self, m: &MapExpr, fallback: u32) {
+        let mut entries = m.entries.iter().filter_map(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => Some(me),
+            EntryExpr::StructField(_) => None,
+        });
+        let Some(first) = entries.next() else { return };
+        if first.optional {
+            return;
+        }
+        let key = types::type_of(&first.key, &mut self.scope);
+        let value = types::type_of(&first.value, &mut self.scope);
+        for me in entries {
+            for (expected, x) in [(&key, &me.key), (&value, &me.value)] {
+                if me.optional && std::ptr::eq(x, &me.value) {
+                    continue;
+                }
+                let t = types::type_of(x, &mut self.scope);
+                let comparable = |t: &Ty| t.is_known() && !t.has_null();
+                if comparable(expected) && comparable(&t) && *expected != t {
+                    let message = mismatch(expected, &t);
+                    let offset = self.offset(x, fallback);
+                    self.validator_errors.push(Issue { offset, message });
+                }
+            }
+        }
+    }
+}
+
+/// The homogeneous-literal validator's message.
+fn mismatch(expected: &Ty, found: &Ty) -> String {
+    format!(
+        "expected type '{}' but found '{}'",
+        expected.name(),
+        found.name()
+    )
+}
+
+/// The call `call` with each argument replaced by a value of its type, or
+/// `None` when some type has no such value here.
+fn probe_call(call: &CallExpr, types: &[Ty]) -> Option<IdedExpr> {
+    let mut values = types.iter().map(sample).collect::<Option<Vec<_>>>()?;
+    let target = if call.target.is_some() {
+        Some(Box::new(values.remove(0)))
+    } else {
+        None
+    };
+    Some(IdedExpr {
+        id: 0,
+        expr: Expr::Call(CallExpr {
+            func_name: call.func_name.clone(),
+            target,
+            args: values,
+        }),
+    })
+}
+
+/// A literal expression of type `t`.
+fn sample(t: &Ty) -> Option<IdedExpr> {
+    use cel::common::types::{CelBool, CelBytes, CelDouble, CelInt, CelString, CelUInt};
+    let literal = |l: LiteralValue| {
+        Some(IdedExpr {
+            id: 0,
+            expr: Expr::Literal(l),
+        })
+    };
+    match t {
+        Ty::Bool => literal(LiteralValue::Boolean(CelBool::from(false))),
+        Ty::Int => literal(LiteralValue::Int(CelInt::from(0))),
+        Ty::Uint => literal(LiteralValue::UInt(CelUInt::from(0u64))),
+        Ty::Double => literal(LiteralValue::Double(CelDouble::from(0.0))),
+        Ty::String => literal(LiteralValue::String(CelString::from(String::new()))),
+        Ty::Bytes => literal(LiteralValue::Bytes(CelBytes::from(Vec::<u8>::new()))),
+        Ty::List(e) => Some(IdedExpr {
+            id: 0,
+            expr: Expr::List(ListExpr::new(vec![sample(e)?])),
+        }),
+        Ty::Map(k, v) if matches!(**k, Ty::Bool | Ty::Int | Ty::Uint | Ty::String) => {
+            Some(IdedExpr {
+                id: 0,
+                expr: Expr::Map(MapExpr {
+                    entries: vec![IdedEntryExpr {
+                        id: 0,
+                        expr: EntryExpr::MapEntry(MapEntryExpr {
+                            key: sample(k)?,
+                            value: sample(v)?,
+                            optional: false,
+                        }),
+                    }],
+                }),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The first constant regex pattern, in the order upstream's planner meets
+/// them (depth first, arguments before their call), that does not compile:
+/// the `find`/`findAll` pattern of Kubernetes' regex library (whose
+/// program options compile constant patterns) and the `matches` pattern of
+/// cel-go's `MatchesRegexOptimization` (enabled by `cel.OptOptimize`). The
+/// text is Go's `regexp` error, as upstream reports it.
+fn first_bad_constant_regex(e: &IdedExpr) -> Option<String> {
+    let mut found = None;
+    super::for_each_child(e, &mut |c| {
+        if found.is_none() {
+            found = first_bad_constant_regex(c);
+        }
+    });
+    if found.is_some() {
+        return found;
+    }
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    if !matches!(call.func_name.as_str(), "find" | "findAll" | "matches") {
+        return None;
+    }
+    // The pattern is the second of the target and the arguments together.
+    let pattern = match &call.target {
+        Some(_) => call.args.first(),
+        None => call.args.get(1),
+    }?;
+    match &pattern.expr {
+        Expr::Literal(LiteralValue::String(p)) => go_regex_error(p.inner()),
+        _ => None,
     }
 }
 
@@ -235,21 +494,15 @@ fn qualified_name(e: &IdedExpr) -> Option<String> {
     }
 }
 
-/// The type of a literal, as upstream names it; not `null`, which is
-/// assignable to several types.
-fn literal_type(e: &IdedExpr) -> Option<&'static str> {
-    match &e.expr {
-        Expr::Literal(l) => match l {
-            LiteralValue::Boolean(_) => Some("bool"),
-            LiteralValue::Bytes(_) => Some("bytes"),
-            LiteralValue::Double(_) => Some("double"),
-            LiteralValue::Int(_) => Some("int"),
-            LiteralValue::String(_) => Some("string"),
-            LiteralValue::UInt(_) => Some("uint"),
-            LiteralValue::Null => None,
+/// One error at byte `offset` of `source`, as upstream displays it (see `display`).
+pub(super) fn render_issue(source: &str, offset: u32, message: &str) -> String {
+    display(
+        source,
+        &Issue {
+            offset,
+            message: message.to_string(),
         },
-        _ => None,
-    }
+    )
 }
 
 /// `ERROR: <input>:line:column: message`, then the line and a caret under
@@ -325,6 +578,164 @@ mod tests {
             .contains("found no matching overload for '_==_' applied to '(int, string)'"));
     }
 
+    // The checker knows the result types of conversions, arithmetic and
+    // the string functions (cel-go's standard declarations), so the same
+    // `noMatchingOverload` errors follow for computed arguments.
+    #[test]
+    fn computed_arguments_without_overload() {
+        assert_eq!(
+            error("int('x') + 'y'"),
+            "compilation failed: ERROR: <input>:1:10: found no matching overload for '_+_' applied to '(int, string)'\n | int('x') + 'y'\n | .........^"
+        );
+        assert!(error("size(1 + 2)")
+            .contains(":1:5: found no matching overload for 'size' applied to '(int)'"));
+        assert!(error("string(1).startsWith(2)")
+            .contains("found no matching overload for 'startsWith' applied to 'string.(int)'"));
+        assert!(error("'a'.lowerAscii().endsWith(size('b'))")
+            .contains("found no matching overload for 'endsWith' applied to 'string.(int)'"));
+        assert!(error("1 && true")
+            .contains("found no matching overload for '_&&_' applied to '(int, bool)'"));
+        assert!(error("[1, 2] + 'a'")
+            .contains("found no matching overload for '_+_' applied to '(list(int), string)'"));
+        assert!(error("[1, 2].map(x, x + 'a').size() > 0")
+            .contains("found no matching overload for '_+_' applied to '(int, string)'"));
+        assert!(error("cel.bind(n, 'a', n - 1) == 0")
+            .contains("found no matching overload for '_-_' applied to '(string, int)'"));
+    }
+
+    // cel-go `cel/validator_test.go`, `TestValidateRegexLiterals`: Kubernetes
+    // enables `cel.ValidateRegexLiterals()` from 1.29 (`environment/base.go`).
+    #[test]
+    fn invalid_constant_matches_patterns() {
+        assert_eq!(
+            error("'hello'.matches('x++')"),
+            "compilation failed: ERROR: <input>:1:17: invalid matches argument\n | 'hello'.matches('x++')\n | ................^"
+        );
+        assert!(error("'hello'.matches('(?<name%>el*)')")
+            .contains("ERROR: <input>:1:17: invalid matches argument"));
+        assert!(error("'hello'.matches('??el*')")
+            .contains("ERROR: <input>:1:17: invalid matches argument"));
+        assert_eq!(
+            error("object.metadata.name.matches('[')"),
+            "compilation failed: ERROR: <input>:1:30: invalid matches argument\n | object.metadata.name.matches('[')\n | .............................^"
+        );
+        compiles("'hello'.matches('el*')");
+        compiles("'hello'.matches(object.pattern)");
+    }
+
+    // Kubernetes' regex library compiles constant `find`/`findAll`
+    // patterns when the program is built (`FindRegexOptimization`,
+    // `FindAllRegexOptimization` in `pkg/cel/library/regex.go`), and
+    // `plugin/cel/compile.go` reports that as `program instantiation failed: `
+    // with Go's `regexp` error.
+    #[test]
+    fn invalid_constant_find_patterns() {
+        assert_eq!(
+            error("'x'.find('(')"),
+            "program instantiation failed: error parsing regexp: missing closing ): `(`"
+        );
+        assert_eq!(
+            error("object.metadata.name.findAll('a**', 2).size() > 0"),
+            "program instantiation failed: error parsing regexp: invalid nested repetition operator: `**`"
+        );
+        // cel-go's `MatchesRegexOptimization` takes the second argument of
+        // the global form, which the validator does not look at.
+        assert_eq!(
+            error("matches('abc', '[')"),
+            "program instantiation failed: error parsing regexp: missing closing ]: `[`"
+        );
+        compiles("'abc 123'.find('[0-9]+') == '123'");
+        compiles("object.metadata.name.find(object.spec.pattern) == ''");
+    }
+
+    // cel-go `cel/validator_test.go`,
+    // `TestValidateHomogeneousAggregateLiterals`: Kubernetes enables
+    // `cel.HomogeneousAggregateLiterals()` in its base environment from 1.0
+    // (`environment/base.go`), which cel-go implements as this validator.
+    #[test]
+    fn mixed_type_literals() {
+        assert_eq!(
+            error("name in ['hello', 0]"),
+            "compilation failed: ERROR: <input>:1:19: expected type 'string' but found 'int'\n | name in ['hello', 0]\n | ..................^"
+        );
+        assert!(error("{'hello':'world', 1:'!'}")
+            .contains("ERROR: <input>:1:19: expected type 'string' but found 'int'"));
+        assert!(error("name in {'hello':'world', 'goodbye':true}")
+            .contains("ERROR: <input>:1:37: expected type 'string' but found 'bool'"));
+        assert!(error("[1, 'a'].size() == 2")
+            .contains("ERROR: <input>:1:5: expected type 'int' but found 'string'"));
+        // Types must be equivalent, not assignable: `dyn` and `int` differ
+        // (the validator's `IsEquivalentType`).
+        assert!(error("[dyn(1), 2]").contains("expected type 'dyn' but found 'int'"));
+        assert!(error("[object.a, 'x']").contains("expected type 'dyn' but found 'string'"));
+        assert!(
+            error("[[1], ['a']]").contains("expected type 'list(int)' but found 'list(string)'")
+        );
+        for valid in [
+            "name in ['hello', 'world']",
+            "name in ['hello', ?optional.ofNonZeroValue('')]",
+            "name in [?optional.ofNonZeroValue(''), 'hello', ?optional.of('')]",
+            "name in {'hello': false, 'world': true}",
+            "{'hello': false, ?'world': optional.ofNonZeroValue(true)}",
+            "{?'hello': optional.ofNonZeroValue(false), 'world': true}",
+            // exempt inside `format` (cel-go PR 832)
+            "'%s - %d'.format(['a', 1]) == 'a - 1'",
+            "[dyn(1), dyn('a')].size() == 2",
+            "[object.a, object.b, variables.c]",
+        ] {
+            compiles(valid);
+        }
+    }
+
+    #[test]
+    fn type_errors_come_before_validator_errors() {
+        let e = error("[1, 'a'].size() == 2 && 'b'.startsWith(1)");
+        assert!(e.contains("found no matching overload"), "{e}");
+        assert!(!e.contains("expected type"), "{e}");
+    }
+
+    // The overload check calls functions on stand-in values ('' for a
+    // string, 0 for an int): a stand-in a function refuses for its value,
+    // not its type, must not make a valid call an error. Upstream library
+    // documentation examples (k8s.io/apiserver/pkg/cel/library, cel-go ext).
+    #[test]
+    fn calls_valid_for_their_types_compile() {
+        for s in [
+            "int('5') == 5 && uint('5') == 5u && double('1.5') == 1.5 && bool('true')",
+            "bytes('a') == b'a' && string(1) == '1'",
+            "duration('1s') < duration('1m') && timestamp('2020-01-01T00:00:00Z') < timestamp('2021-01-01T00:00:00Z')",
+            "quantity('1Gi').isGreaterThan(quantity('1Mi')) && isQuantity('1Gi')",
+            "url('https://example.com/x').getHost() == 'example.com' && isURL('https://x')",
+            "ip('1.2.3.4').family() == 4 && isIP('1.2.3.4') && cidr('10.0.0.0/8').containsIP('10.1.2.3')",
+            "isCIDR('10.0.0.0/8') && semver('1.2.3').major() == 1 && isSemver('1.2.3')",
+            "format.named('dns1123Label').hasValue()",
+            "'abc'.charAt(1) == 'b' && 'abc'.substring(1, 2) == 'b' && 'abc'.indexOf('c', 1) == 2",
+            "'a,b'.split(',', 1) == ['a,b'] && 'abc'.replace('b', 'x', 1) == 'axc'",
+            "'%d items'.format([3]) == '3 items'",
+            "[1, 2, 3].sum() == 6 && [3, 1].min() == 1 && [1, 2].indexOf(2) == 1",
+            "[1, 2, 3].slice(1, 2) == [2] && lists.range(3) == [0, 1, 2]",
+            "sets.contains([1, 2], [1]) && sets.intersects([1], [1])",
+            "strings.quote('a') == '\"a\"' && ['a', 'b'].join('-') == 'a-b'",
+            "'abc'.matches('^a') && 'abc 123'.find('[0-9]+') == '123'",
+            "size('abc') == 3 && size([1]) == 1 && size({'a': 1}) == 1",
+        ] {
+            compiles(s);
+        }
+    }
+
+    // cel-go columns count characters; a wide character is marked with
+    // wide dots (common/errors.go ToDisplayString).
+    #[test]
+    fn positions_after_non_ascii_text() {
+        assert!(error("'é' + 1").contains(
+            "ERROR: <input>:1:5: found no matching overload for '_+_' applied to '(string, int)'"
+        ));
+        assert_eq!(
+            error("['日本', 1]"),
+            "compilation failed: ERROR: <input>:1:8: expected type 'string' but found 'int'\n | ['日本', 1]\n | ..\u{ff0e}\u{ff0e}...^"
+        );
+    }
+
     #[test]
     fn valid_expressions_still_compile() {
         for s in [
@@ -333,10 +744,19 @@ mod tests {
             "'abc'.startsWith('a') && 'abc'.matches('^a')",
             "1 < 2.0 && 1u < 2",
             "1 / 0 == 1 || int('x') == 1",
-            "[1, 'a'].size() == 2",
+            "1 == 1.0 && int('1') == 1u",
             "[1, 2].all(i, v, v > i) && {'a': 1}.transformMap(k, v, v + 1) == {'a': 2}",
             "object.spec.replicas > 1 && has(object.metadata.labels)",
             "quantity('1Gi').isGreaterThan(quantity('1Mi'))",
+            "string(object.spec.replicas) + '-' + object.metadata.name",
+            "size(object.spec.containers) + 1 > 2",
+            "cel.bind(x, 'a', x + 'b') == 'ab'",
+            "[1, 2].map(x, x * 2) == [2, 4]",
+            "{'a': [1], 'b': [2]}.size() == 2",
+            "['a', 'b'].join(',') == 'a,b'",
+            "Object{spec: Object.spec{replicas: 1}}",
+            "[JSONPatch{op: 'add', path: '/a', value: 1}, JSONPatch{op: 'remove', path: '/b'}]",
+            "object.spec.containers.map(c, c.name).exists(n, n == 'x')",
         ] {
             compiles(s);
         }

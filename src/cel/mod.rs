@@ -6,6 +6,7 @@ pub mod access;
 mod check;
 pub mod convert;
 pub mod cost;
+pub mod field_warnings;
 mod library;
 pub mod object_types;
 mod rewrite;
@@ -25,11 +26,33 @@ const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;
 const MAX_PARSE_DEPTH: u16 = 250;
 
 /// A compile error, in upstream's words (`compilation failed: ERROR: <input>:1:5: ...`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("compilation failed: {message}")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{stage}: {message}")]
 pub struct CompileError {
     /// The parser's or checker's message, with `<input>:line:column`.
     pub message: String,
+    /// Which of upstream's steps refuses the expression.
+    pub stage: CompileStage,
+}
+
+/// The step of upstream's compilation an error comes from, which names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CompileStage {
+    /// Parsing, type checking and the AST validators (`compilation failed`).
+    #[default]
+    Compilation,
+    /// Building the program, e.g. a constant regex that does not compile
+    /// (`program instantiation failed`).
+    ProgramInstantiation,
+}
+
+impl std::fmt::Display for CompileStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CompileStage::Compilation => "compilation failed",
+            CompileStage::ProgramInstantiation => "program instantiation failed",
+        })
+    }
 }
 
 /// A compiled expression, ready to evaluate many times.
@@ -171,11 +194,13 @@ impl CelEnvironment {
                 .spawn_scoped(scope, || self.compile_on_this_thread(source, metered))
                 .map_err(|e| CompileError {
                     message: format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}"),
+                    ..Default::default()
                 })?
                 .join()
                 .unwrap_or_else(|_| {
                     Err(CompileError {
                         message: "ERROR: <input>:1:1: the parser failed on this expression".into(),
+                        ..Default::default()
                     })
                 })
         })
@@ -192,12 +217,14 @@ impl CelEnvironment {
                 .parse_with_source_info(source)
                 .map_err(|e| CompileError {
                     message: e.to_string(),
+                    ..Default::default()
                 })?;
         let mut next_id = max_id(&ast) + 1;
         rewrite::rewrite(&mut ast, &mut next_id).map_err(|m| CompileError {
             message: format!("ERROR: <input>:1:1: {m}"),
+            ..Default::default()
         })?;
-        check::check(&self.env, &ast, &source_info).map_err(|message| CompileError { message })?;
+        check::check(&self.env, &ast, &source_info)?;
         let mut identifiers = Vec::new();
         collect_identifiers(&ast, &mut identifiers);
         identifiers.sort();
@@ -296,6 +323,7 @@ fn check_nesting(source: &str) -> Result<(), CompileError> {
                 if depth > MAX_PARSE_DEPTH as usize / 2 {
                     return Err(CompileError {
                         message: format!("ERROR: <input>:{line}:{col}: expression nesting exceeds the maximum of {}", MAX_PARSE_DEPTH / 2),
+                        ..Default::default()
                     });
                 }
             }

@@ -166,5 +166,17 @@ pub(crate) fn test_type(types: Value, root: &str) -> TypeRef {
     }
 }
 
+/// A CustomResourceDefinition `widgets.example.com` (kind `Widget`) serving
+/// one version, `v1`, with `schema`: a test fixture.
+#[cfg(test)]
+pub(crate) fn test_widget_crd(schema: Value) -> Value {
+    serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": schema}}]}})
+}
+
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,12 @@ impl Engine {
         let cluster = ClusterObjects::new(resources.resources);
         let table = ResourceTable::new(cluster.crds());
         let schemas = SchemaStore::with_crds(cluster.crds());
+        for p in &loaded.policies {
+            // Schema-aware field warnings never refuse a policy: logged only.
+            for w in crate::cel::field_warnings::policy_field_warnings(p, &table, &schemas) {
+                tracing::warn!(source = %p.source, warning = %w, "policy field warning");
+            }
+        }
         let policies = loaded.policies.len();
         let bindings = loaded.bindings.len();
         let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);

@@ -104,7 +104,6 @@ pub fn compile_go(pattern: &str) -> Result<regex::Regex, GoRegexError> {
 /// The syntax error Go reports for `pattern`, if any: what upstream reports
 /// at program creation for a constant pattern (`program instantiation
 /// failed: <this>`).
-#[allow(dead_code)]
 pub fn go_regex_error(pattern: &str) -> Option<String> {
     compile_go(pattern).err().map(|e| e.to_string())
 }

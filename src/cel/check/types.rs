@@ -1,0 +1,285 @@
+//! The static types the compile-time checks know, as far as they can be
+//! known without upstream's full type checker: literals, aggregates of
+//! them, the conversions and operators whose result type is fixed, and the
+//! variables upstream declares `dyn` (`object`, `oldObject`, `params`).
+//! Anything else is [`Ty::Unknown`], which no check ever reports on.
+
+use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr, LiteralValue};
+
+/// A static type, named as cel-go's `FormatCELType` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Ty {
+    /// Not known here (a variable of unknown type, a macro's result, ...).
+    Unknown,
+    /// Upstream's checker types it `dyn`.
+    Dyn,
+    Null,
+    Bool,
+    Int,
+    Uint,
+    Double,
+    String,
+    Bytes,
+    List(Box<Ty>),
+    Map(Box<Ty>, Box<Ty>),
+}
+
+impl Ty {
+    /// Whether the type is fully known (no [`Ty::Unknown`] anywhere in it).
+    pub(super) fn is_known(&self) -> bool {
+        match self {
+            Ty::Unknown => false,
+            Ty::List(e) => e.is_known(),
+            Ty::Map(k, v) => k.is_known() && v.is_known(),
+            _ => true,
+        }
+    }
+
+    /// Whether the type is fully known and has no `dyn` in it: the values
+    /// of such a type have this runtime type.
+    pub(super) fn is_concrete(&self) -> bool {
+        match self {
+            Ty::Unknown | Ty::Dyn => false,
+            Ty::List(e) => e.is_concrete(),
+            Ty::Map(k, v) => k.is_concrete() && v.is_concrete(),
+            _ => true,
+        }
+    }
+
+    /// cel-go's name of the type (`FormatCELType`).
+    pub(super) fn name(&self) -> String {
+        match self {
+            Ty::Unknown | Ty::Dyn => "dyn".into(),
+            Ty::Null => "null_type".into(),
+            Ty::Bool => "bool".into(),
+            Ty::Int => "int".into(),
+            Ty::Uint => "uint".into(),
+            Ty::Double => "double".into(),
+            Ty::String => "string".into(),
+            Ty::Bytes => "bytes".into(),
+            Ty::List(e) => format!("list({})", e.name()),
+            Ty::Map(k, v) => format!("map({}, {})", k.name(), v.name()),
+        }
+    }
+
+    /// Whether the type is a number type.
+    pub(super) fn is_number(&self) -> bool {
+        matches!(self, Ty::Int | Ty::Uint | Ty::Double)
+    }
+
+    /// Whether the type is neither a list nor a map.
+    pub(super) fn is_scalar(&self) -> bool {
+        !matches!(self, Ty::List(_) | Ty::Map(..))
+    }
+
+    /// Whether `null_type` occurs in the type (`null` is assignable to
+    /// several types: checks leave it alone).
+    pub(super) fn has_null(&self) -> bool {
+        match self {
+            Ty::Null => true,
+            Ty::List(e) => e.has_null(),
+            Ty::Map(k, v) => k.has_null() || v.has_null(),
+            _ => false,
+        }
+    }
+}
+
+/// The variables upstream declares `dyn` for every MutatingAdmissionPolicy
+/// expression (`k8s.io/apiserver/pkg/admission/plugin/cel/compile.go`,
+/// `createEnvForOpts`). `request`, `namespaceObject` and `authorizer` have
+/// declared object types, and `variables.*` the types of their expressions:
+/// they are left unknown here.
+const DYN_VARIABLES: &[&str] = &["object", "oldObject", "params"];
+
+/// Variables bound by the comprehensions around an expression, innermost last.
+#[derive(Default)]
+pub(super) struct Scope {
+    bound: Vec<(String, Ty)>,
+}
+
+impl Scope {
+    /// Binds `name` to `ty` until the matching [`Scope::pop`].
+    pub(super) fn push(&mut self, name: &str, ty: Ty) {
+        self.bound.push((name.to_string(), ty));
+    }
+
+    /// Unbinds the last `n` names.
+    pub(super) fn pop(&mut self, n: usize) {
+        let keep = self.bound.len().saturating_sub(n);
+        self.bound.truncate(keep);
+    }
+
+    fn lookup(&self, name: &str) -> Ty {
+        if let Some((_, ty)) = self.bound.iter().rev().find(|(n, _)| n == name) {
+            return ty.clone();
+        }
+        if DYN_VARIABLES.contains(&name) {
+            Ty::Dyn
+        } else {
+            Ty::Unknown
+        }
+    }
+}
+
+/// The type of a literal.
+pub(super) fn literal_type(l: &LiteralValue) -> Ty {
+    match l {
+        LiteralValue::Boolean(_) => Ty::Bool,
+        LiteralValue::Bytes(_) => Ty::Bytes,
+        LiteralValue::Double(_) => Ty::Double,
+        LiteralValue::Int(_) => Ty::Int,
+        LiteralValue::String(_) => Ty::String,
+        LiteralValue::UInt(_) => Ty::Uint,
+        LiteralValue::Null => Ty::Null,
+    }
+}
+
+/// The element type of a homogeneous run of element types, else unknown.
+fn join(types: impl IntoIterator<Item = Ty>) -> Ty {
+    let mut joined: Option<Ty> = None;
+    for t in types {
+        match &joined {
+            None => joined = Some(t),
+            Some(j) if *j == t => {}
+            Some(_) => return Ty::Unknown,
+        }
+    }
+    joined.unwrap_or(Ty::Unknown)
+}
+
+/// The type of the iteration variable of a comprehension over `range`.
+pub(super) fn iteration_type(range: &Ty) -> Ty {
+    match range {
+        Ty::List(e) => (**e).clone(),
+        Ty::Map(k, _) => (**k).clone(),
+        Ty::Dyn => Ty::Dyn,
+        _ => Ty::Unknown,
+    }
+}
+
+/// The static type of `e` in `scope`.
+pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
+    match &e.expr {
+        Expr::Literal(l) => literal_type(l),
+        Expr::Ident(name) => scope.lookup(name),
+        Expr::Select(s) if s.test => Ty::Bool,
+        Expr::Select(s) => match type_of(&s.operand, scope) {
+            Ty::Dyn => Ty::Dyn,
+            Ty::Map(k, v) if *k == Ty::String => *v,
+            _ => Ty::Unknown,
+        },
+        Expr::List(l) => {
+            if !l.optional_indices.is_empty() || l.elements.is_empty() {
+                return Ty::Unknown;
+            }
+            let elem = join(l.elements.iter().map(|x| type_of(x, scope)));
+            if elem.is_known() {
+                Ty::List(Box::new(elem))
+            } else {
+                Ty::Unknown
+            }
+        }
+        Expr::Map(m) => {
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            for en in &m.entries {
+                match &en.expr {
+                    EntryExpr::MapEntry(me) if !me.optional => {
+                        keys.push(type_of(&me.key, scope));
+                        values.push(type_of(&me.value, scope));
+                    }
+                    _ => return Ty::Unknown,
+                }
+            }
+            let (k, v) = (join(keys), join(values));
+            if k.is_known() && v.is_known() {
+                Ty::Map(Box::new(k), Box::new(v))
+            } else {
+                Ty::Unknown
+            }
+        }
+        Expr::Call(call) => {
+            let target = call.target.as_deref().map(|t| type_of(t, scope));
+            let args: Vec<Ty> = call.args.iter().map(|a| type_of(a, scope)).collect();
+            call_type(&call.func_name, target.as_ref(), &args)
+        }
+        Expr::Comprehension(c) => {
+            // `cel.bind(x, init, body)`, as `rewrite` writes it: the
+            // accumulator is the binding, the result the body.
+            let is_bind = matches!(&c.iter_range.expr, Expr::List(l) if l.elements.is_empty())
+                && matches!(&c.loop_step.expr, Expr::Ident(n) if *n == c.accu_var);
+            if !is_bind {
+                return Ty::Unknown;
+            }
+            let init = type_of(&c.accu_init, scope);
+            scope.push(&c.accu_var, init);
+            let body = type_of(&c.result, scope);
+            scope.pop(1);
+            body
+        }
+        Expr::Struct(_) | Expr::Unspecified => Ty::Unknown,
+    }
+}
+
+/// The result type of a call, where every overload that can apply to these
+/// argument types returns the same type.
+fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
+    let same_args = || join(args.iter().cloned());
+    match (name, target) {
+        (operators::INDEX, None) if args.len() == 2 => match &args[0] {
+            Ty::List(e) if args[1] == Ty::Int => (**e).clone(),
+            Ty::Map(k, v) if **k == args[1] => (**v).clone(),
+            Ty::Dyn => Ty::Dyn,
+            _ => Ty::Unknown,
+        },
+        ("dyn", None) if args.len() == 1 => Ty::Dyn,
+        ("int", None) if args.len() == 1 => Ty::Int,
+        ("uint", None) if args.len() == 1 => Ty::Uint,
+        ("double", None) if args.len() == 1 => Ty::Double,
+        ("string", None) if args.len() == 1 => Ty::String,
+        ("bytes", None) if args.len() == 1 => Ty::Bytes,
+        ("bool", None) if args.len() == 1 => Ty::Bool,
+        ("size", _) => Ty::Int,
+        (
+            operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::LOGICAL_NOT
+            | operators::IN,
+            None,
+        ) => Ty::Bool,
+        (operators::ADD, None) => match same_args() {
+            t @ (Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::List(_)) => t,
+            _ => Ty::Unknown,
+        },
+        (operators::SUBSTRACT | operators::MULTIPLY | operators::DIVIDE, None) => {
+            match same_args() {
+                t if t.is_number() => t,
+                _ => Ty::Unknown,
+            }
+        }
+        (operators::MODULO, None) => match same_args() {
+            t @ (Ty::Int | Ty::Uint) => t,
+            _ => Ty::Unknown,
+        },
+        (operators::NEGATE, None) => match same_args() {
+            t @ (Ty::Int | Ty::Double) => t,
+            _ => Ty::Unknown,
+        },
+        (operators::CONDITIONAL, None) if args.len() == 3 => join(args[1..].iter().cloned()),
+        ("startsWith" | "endsWith" | "contains" | "matches", Some(Ty::String)) => Ty::Bool,
+        (
+            "lowerAscii" | "upperAscii" | "replace" | "substring" | "trim" | "charAt" | "find",
+            Some(Ty::String),
+        ) => Ty::String,
+        ("indexOf" | "lastIndexOf", Some(Ty::String)) => Ty::Int,
+        ("split" | "findAll", Some(Ty::String)) => Ty::List(Box::new(Ty::String)),
+        ("join", Some(Ty::List(e))) if **e == Ty::String => Ty::String,
+        _ => Ty::Unknown,
+    }
+}
