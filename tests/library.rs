@@ -307,8 +307,8 @@ fn mentions(expression: &str, word: &str) -> bool {
 /// (`plugin/cel/compile.go` createEnvForOpts: `JSONPatch`, the `Object`
 /// types and `jsonpatch.escapeKey` come only with HasPatchTypes, which
 /// `mutating/compilation.go` sets for the mutations alone), so a policy
-/// using them there fails on kube-apiserver. kmutate does not refuse them
-/// yet (tests/fixtures/known-bugs/cel-environment.yaml), hence this check of the library's text.
+/// using them there fails on kube-apiserver, as in kmutate
+/// (conformance/typecheck/library-findings.yaml); this names the policy.
 #[test]
 fn variables_and_match_conditions_use_no_patch_types() {
     for (stem, policy) in library().0 {

@@ -29,10 +29,11 @@
 mod types;
 
 use super::library::regex::go_regex_error;
+use super::object_types::{JSON_PATCH_TYPE, OBJECT_TYPE, TYPE_NAME_FIELD};
 use super::{CompileError, CompileStage};
 use cel::common::ast::{
     operators, CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr, LiteralValue,
-    MapEntryExpr, MapExpr, SourceInfo,
+    MapEntryExpr, MapExpr, SourceInfo, StructExpr,
 };
 use cel::{Context, Env, ExecutionError};
 use std::sync::Arc;
@@ -46,10 +47,16 @@ struct Issue {
 
 /// Checks `ast` (already rewritten), parsed from `info.source`; the error,
 /// in upstream's words, if upstream refuses it.
-pub(crate) fn check(env: &Arc<Env>, ast: &IdedExpr, info: &SourceInfo) -> Result<(), CompileError> {
+pub(crate) fn check(
+    env: &Arc<Env>,
+    ast: &IdedExpr,
+    info: &SourceInfo,
+    patch_types: bool,
+) -> Result<(), CompileError> {
     let mut checker = Checker {
         env,
         info,
+        patch_types,
         scope: Scope::default(),
         type_errors: Vec::new(),
         validator_errors: Vec::new(),
@@ -88,6 +95,9 @@ fn render(source: &str, mut issues: Vec<Issue>) -> String {
 struct Checker<'a> {
     env: &'a Arc<Env>,
     info: &'a SourceInfo,
+    /// Whether `Object`, `JSONPatch` and `jsonpatch.escapeKey` are declared
+    /// (mutation expressions only).
+    patch_types: bool,
     /// The comprehension variables in scope, with their types.
     scope: Scope,
     /// What upstream's type checker reports.
@@ -103,6 +113,35 @@ impl Checker<'_> {
             .offset_for(e.id)
             .map(|(start, _)| start)
             .unwrap_or(fallback)
+    }
+
+    /// `Object...{}` and `JSONPatch{}` outside a mutation: upstream declares
+    /// the patch types only for mutations (`HasPatchTypes`), so a variable
+    /// or match condition naming them refers to an undeclared type.
+    fn check_patch_type(&mut self, s: &StructExpr, offset: u32) {
+        if self.patch_types {
+            return;
+        }
+        let written = if s.type_name == JSON_PATCH_TYPE {
+            Some(JSON_PATCH_TYPE.to_string())
+        } else if s.type_name == OBJECT_TYPE {
+            // The rewrite keeps the written name (`Object.spec`) in a hidden field.
+            s.entries.iter().find_map(|en| match &en.expr {
+                EntryExpr::StructField(f) if f.field == TYPE_NAME_FIELD => match &f.value.expr {
+                    Expr::Literal(LiteralValue::String(name)) => Some(name.inner().to_string()),
+                    _ => None,
+                },
+                _ => None,
+            })
+        } else {
+            None
+        };
+        if let Some(name) = written {
+            self.report(
+                offset,
+                format!("undeclared reference to '{name}' (in container '')"),
+            );
+        }
     }
 
     fn report(&mut self, offset: u32, message: String) {
@@ -175,6 +214,7 @@ impl Checker<'_> {
                         self.visit(&f.value, here, false);
                     }
                 }
+                self.check_patch_type(s, here);
             }
             Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
         }
@@ -198,6 +238,18 @@ impl Checker<'_> {
             .and_then(|t| qualified_name(t))
             .map(|prefix| format!("{prefix}.{name}"));
         if let Some(q) = &qualified {
+            if q == "jsonpatch.escapeKey" && !self.patch_types {
+                // Without the patch library `jsonpatch` is an unknown identifier.
+                let at = call
+                    .target
+                    .as_ref()
+                    .map_or(offset, |t| self.offset(t, offset));
+                self.report(
+                    at,
+                    "undeclared reference to 'jsonpatch' (in container '')".into(),
+                );
+                return;
+            }
             if self.declared(q) {
                 return;
             }
@@ -547,6 +599,37 @@ mod tests {
         if let Err(e) = CelEnvironment::shared().compile(source) {
             panic!("{source}: {e}");
         }
+    }
+
+    // Upstream declares `Object`, `JSONPatch` and `jsonpatch.escapeKey` only
+    // for mutations (plugin/cel/compile.go, HasPatchTypes; set by
+    // mutating/compilation.go for mutations alone).
+    #[test]
+    fn patch_types_only_in_mutations() {
+        let env = CelEnvironment::shared();
+        let refused = |source: &str| {
+            env.compile_without_patch_types(source)
+                .expect_err(source)
+                .to_string()
+        };
+        for (source, name) in [
+            ("[JSONPatch{op: 'add', path: '/a', value: 1}]", "JSONPatch"),
+            ("Object{metadata: Object.metadata{name: 'x'}}", "Object"),
+            ("Object.spec{replicas: 1}", "Object.spec"),
+            ("jsonpatch.escapeKey('a/b')", "jsonpatch"),
+        ] {
+            let e = refused(source);
+            assert!(
+                e.contains(&format!(
+                    "undeclared reference to '{name}' (in container '')"
+                )),
+                "{source}: {e}"
+            );
+            compiles(source);
+        }
+        assert!(env
+            .compile_without_patch_types("object.metadata.name == 'x'")
+            .is_ok());
     }
 
     // Texts of cel-go's `checker/errors.go` (`undeclaredReference`,

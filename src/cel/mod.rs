@@ -168,20 +168,31 @@ impl CelEnvironment {
 
     /// Parses and prepares `source`.
     pub fn compile(&self, source: &str) -> Result<CompiledExpression, CompileError> {
-        self.compile_with(source, true)
+        self.compile_with(source, true, true)
+    }
+
+    /// [`CelEnvironment::compile`] for a variable or match condition: as
+    /// upstream, only mutations see the patch types (`Object`, `JSONPatch`)
+    /// and `jsonpatch.escapeKey`.
+    pub fn compile_without_patch_types(
+        &self,
+        source: &str,
+    ) -> Result<CompiledExpression, CompileError> {
+        self.compile_with(source, true, false)
     }
 
     /// Parses and prepares `source` without the cost metering: for tests
     /// comparing metered and unmetered evaluations.
     #[doc(hidden)]
     pub fn compile_unmetered(&self, source: &str) -> Result<CompiledExpression, CompileError> {
-        self.compile_with(source, false)
+        self.compile_with(source, false, true)
     }
 
     fn compile_with(
         &self,
         source: &str,
         metered: bool,
+        patch_types: bool,
     ) -> Result<CompiledExpression, CompileError> {
         check_nesting(source)?;
         // The parser recurses deeply per nesting level (much more in debug
@@ -191,7 +202,9 @@ impl CelEnvironment {
             std::thread::Builder::new()
                 .name("cel-compile".into())
                 .stack_size(COMPILE_STACK_BYTES)
-                .spawn_scoped(scope, || self.compile_on_this_thread(source, metered))
+                .spawn_scoped(scope, || {
+                    self.compile_on_this_thread(source, metered, patch_types)
+                })
                 .map_err(|e| CompileError {
                     message: format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}"),
                     ..Default::default()
@@ -210,6 +223,7 @@ impl CelEnvironment {
         &self,
         source: &str,
         metered: bool,
+        patch_types: bool,
     ) -> Result<CompiledExpression, CompileError> {
         let parser = self.env.parser().max_recursion_depth(MAX_PARSE_DEPTH);
         let (mut ast, source_info) =
@@ -224,7 +238,7 @@ impl CelEnvironment {
             message: format!("ERROR: <input>:1:1: {m}"),
             ..Default::default()
         })?;
-        check::check(&self.env, &ast, &source_info)?;
+        check::check(&self.env, &ast, &source_info, patch_types)?;
         let mut identifiers = Vec::new();
         collect_identifiers(&ast, &mut identifiers);
         identifiers.sort();

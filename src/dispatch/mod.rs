@@ -108,15 +108,25 @@ impl CompiledPolicy {
         policy: Policy,
     ) -> (CompiledPolicy, Vec<PolicyCompileError>) {
         let mut errors = Vec::new();
-        let mut compile = |field: String, source: &str| match env.compile(source) {
-            Ok(c) => Ok(c),
-            Err(e) => {
-                errors.push(PolicyCompileError {
-                    policy: policy.name.clone(),
-                    field,
-                    message: e.to_string(),
-                });
-                Err(e.to_string())
+        // Upstream compiles variables and match conditions without the patch
+        // types, mutations with them (compilation.go, `HasPatchTypes`).
+        let mut compile = |field: String, source: &str| {
+            let is_mutation = field.starts_with("spec.mutations");
+            let compiled = if is_mutation {
+                env.compile(source)
+            } else {
+                env.compile_without_patch_types(source)
+            };
+            match compiled {
+                Ok(c) => Ok(c),
+                Err(e) => {
+                    errors.push(PolicyCompileError {
+                        policy: policy.name.clone(),
+                        field,
+                        message: e.to_string(),
+                    });
+                    Err(e.to_string())
+                }
             }
         };
         let match_conditions: Vec<(String, Result<CompiledExpression, String>)> = policy
