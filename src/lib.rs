@@ -10,6 +10,7 @@
 //! - [`mutation`]: ApplyConfiguration merge and JSON patch application;
 //! - [`dispatch`]: compiled policies, params, variables, reinvocation;
 //! - [`conformance`]: the conformance case runner;
+//! - [`source`]: where `kmutate serve` reads policies from, kept current;
 //! - [`webhook`]: the admission webhook (`kmutate serve`) and its load generator.
 
 pub mod api;
@@ -22,5 +23,6 @@ pub mod matching;
 pub mod mutation;
 pub mod request;
 pub mod schema;
+pub mod source;
 pub mod translate;
 pub mod webhook;
