@@ -10,9 +10,16 @@
 //! bindings changed; a change of params or Namespaces reuses them.
 //!
 //! - [`files`]: the `--policies`, `--bindings` and `--resources` files,
-//!   re-read when they change.
+//!   re-read when they change;
+//! - [`api`]: policies, bindings, params and Namespaces watched through
+//!   the Kubernetes API;
+//! - [`store`]: the watched objects of one resource;
+//! - [`sar`]: CEL `authorizer` checks answered by SubjectAccessReviews.
 
+pub mod api;
 pub mod files;
+pub mod sar;
+pub mod store;
 
 use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
@@ -195,6 +202,7 @@ fn compile(inputs: &[Arc<PolicyInputs>]) -> CompiledPolicies {
 #[derive(Debug, Default)]
 pub struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    api: Option<Arc<api::ApiSource>>,
 }
 
 impl Running {
@@ -202,6 +210,9 @@ impl Running {
     pub fn stop(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
+        }
+        if let Some(api) = self.api.take() {
+            api.stop();
         }
     }
 }
@@ -214,9 +225,10 @@ impl Drop for Running {
 
 /// Starts the sources `kind` names and the assembler publishing into
 /// `slot` (which stays empty until every source has synced once).
-pub fn start(
+pub async fn start(
     files: &EngineSources,
     kind: SourceKind,
+    api: &api::ApiConfig,
     authorizer: Arc<dyn Authorizer>,
     slot: Arc<ArcSwapOption<Engine>>,
     metrics: Option<Arc<Metrics>>,
@@ -224,6 +236,7 @@ pub fn start(
     let changed = Arc::new(Notify::new());
     let mut running = Running::default();
     let mut sources: Vec<Arc<dyn Source>> = Vec::new();
+    let mut authorizer = authorizer;
     if matches!(kind, SourceKind::Files | SourceKind::Both) {
         let source = Arc::new(files::FileSource::new(files));
         sources.push(source.clone());
@@ -236,9 +249,21 @@ pub fn start(
         }));
     }
     if matches!(kind, SourceKind::Api | SourceKind::Both) {
-        return Err(SourceError::Unsupported(
-            "the API source is not available yet".into(),
-        ));
+        let client = api::client(api.kube.clone()).await?;
+        let source = Arc::new(api::ApiSource::new(
+            client.clone(),
+            changed.clone(),
+            api.policy_api_version.clone(),
+        )?);
+        source.start();
+        sources.push(source.clone());
+        running.api = Some(source);
+        if api.subject_access_review {
+            authorizer = Arc::new(sar::SubjectAccessReviewAuthorizer::new(
+                client,
+                tokio::runtime::Handle::current(),
+            ));
+        }
     }
     let assembler = Assembler::new(sources, changed, authorizer, slot, metrics);
     running.tasks.push(tokio::spawn(assembler.run()));
@@ -248,7 +273,7 @@ pub fn start(
 /// A source that cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// The source is not supported in this configuration.
-    #[error("{0}")]
-    Unsupported(String),
+    /// The API source cannot start.
+    #[error(transparent)]
+    Api(#[from] api::ApiError),
 }

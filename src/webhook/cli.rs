@@ -8,6 +8,7 @@ use super::tls::CertFiles;
 use super::{format_duration, parse_duration};
 use crate::api::load;
 use crate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
+use crate::source::api::ApiConfig;
 use crate::source::SourceKind;
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::ValueEnum;
@@ -83,7 +84,8 @@ pub struct ServeArgs {
     pub drain_timeout: Duration,
     /// Decisions for the CEL `authorizer` checks (the list format of
     /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
-    /// every check is denied.
+    /// every check is denied, or with --source api|both asked of the API
+    /// server by SubjectAccessReview (answers cached 10 s).
     #[arg(long, value_name = "FILE", conflicts_with = "authorizer_allow_all")]
     pub authorizer: Option<PathBuf>,
     /// Allow every CEL `authorizer` check.
@@ -204,6 +206,15 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             resources: args.resources.clone(),
         },
         source: args.source,
+        api: ApiConfig {
+            kube: None,
+            policy_api_version: args.policy_api_version.clone(),
+            // With the API at hand, the API server decides the checks
+            // unless a decision list or allow-all is given.
+            subject_access_review: args.source != SourceKind::Files
+                && args.authorizer.is_none()
+                && !args.authorizer_allow_all,
+        },
         authorizer: authorizer(args.authorizer.as_ref(), args.authorizer_allow_all)?,
         listen: args.listen,
         metrics_listen: Some(args.metrics_listen),

@@ -13,6 +13,7 @@ use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionObserver, Outcome};
 use crate::matching::complete_request;
 use crate::request::AdmissionRequest;
+use crate::source::api::ApiConfig;
 use crate::source::SourceKind;
 use anyhow::{Context as _, Result};
 use arc_swap::ArcSwapOption;
@@ -65,6 +66,8 @@ pub struct ServeConfig {
     pub sources: EngineSources,
     /// Which sources to read: the files, the Kubernetes API, or both.
     pub source: SourceKind,
+    /// The Kubernetes API source's configuration.
+    pub api: ApiConfig,
     /// Decides the CEL `authorizer` checks.
     pub authorizer: Box<dyn Authorizer>,
     /// The TLS listener's address.
@@ -109,6 +112,7 @@ impl ServeConfig {
                 resources: Vec::new(),
             },
             source: SourceKind::Files,
+            api: ApiConfig::default(),
             authorizer: Box::new(crate::authorizer::AlwaysDeny),
             listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
             metrics_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9090))),
@@ -207,10 +211,12 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
     let sources = crate::source::start(
         &config.sources,
         config.source,
+        &config.api,
         Arc::from(config.authorizer),
         shared.engine.clone(),
         Some(metrics.clone()),
-    )?;
+    )
+    .await?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let serving = tokio::spawn(serve_tls(
