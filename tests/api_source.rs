@@ -157,6 +157,22 @@ fn policies_load_update_quickly_and_broken_ones_are_skipped() {
         assert!(a.allowed);
         let m = metrics_text(&server).await;
         assert!(metric(&m, "kmutate_policy_load_errors") >= 2.0, "{m}");
+        // Built-in policies get a Warning Event naming the problem.
+        eventually(Duration::from_secs(30), || async {
+            fake.events()
+                .iter()
+                .any(|e| {
+                    e["involvedObject"]["name"] == "broken"
+                        && e["involvedObject"]["kind"] == "MutatingAdmissionPolicy"
+                        && e["type"] == "Warning"
+                        && e["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("spec.mutations[0]"))
+                })
+                .then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("no Event for the broken policy: {:?}", fake.events()));
         assert_eq!(metric(&m, "kmutate_policies_loaded"), 2.0, "{m}");
 
         // Fixed, it serves; deleted, it goes.
@@ -398,6 +414,37 @@ fn kmutate_dev_crds_serve_when_the_builtin_api_is_absent() {
         let server = started(api_config(&dir, &fake)).await;
         let mut conn = connect(&server).await;
         wait_labels(&mut conn, json!({"stage": "crd"})).await;
+
+        // kmutate.dev policies carry a Ready condition: False with the
+        // reason while broken (and skipped), True once fixed.
+        let ready = |fake: Arc<FakeApi>, p: Kind, status: &'static str| async move {
+            eventually(Duration::from_secs(30), || async {
+                let o = fake.object(&p, "", "stage")?;
+                let c = o["status"]["conditions"].as_array()?.first()?.clone();
+                (c["type"] == "Ready"
+                    && c["status"] == status
+                    && o["status"]["observedGeneration"] == o["metadata"]["generation"])
+                    .then_some(c)
+            })
+            .await
+            .unwrap_or_else(|| panic!("no Ready={status}: {:?}", fake.object(&p, "", "stage")))
+            .0
+        };
+        ready(fake.clone(), p.clone(), "True").await;
+        let (mut broken, _) = labelling_policy(V1, "stage", "stage", "'crd' +", None, None);
+        broken["apiVersion"] = json!("kmutate.dev/v1");
+        fake.put(&p, broken);
+        let c = ready(fake.clone(), p.clone(), "False").await;
+        assert!(
+            c["message"].as_str().unwrap().contains("spec.mutations[0]"),
+            "{c}"
+        );
+        wait_labels(&mut conn, json!(null)).await;
+        let (mut fixed, _) = labelling_policy(V1, "stage", "stage", "'again'", None, None);
+        fixed["apiVersion"] = json!("kmutate.dev/v1");
+        fake.put(&p, fixed);
+        ready(fake.clone(), p.clone(), "True").await;
+        wait_labels(&mut conn, json!({"stage": "again"})).await;
         server.shutdown().await;
     });
 }

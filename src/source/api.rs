@@ -11,7 +11,8 @@
 //! policies, bindings, Namespaces and the params in use have been listed
 //! once, so `/readyz` turns ready only after the first full sync.
 
-use super::store::ObjectStore;
+use super::report::Reporter;
+use super::store::{text_at, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
 use crate::api::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
 use crate::cel::CelEnvironment;
@@ -92,7 +93,9 @@ pub struct ApiSource {
     namespaces: Arc<ObjectStore>,
     params: Mutex<HashMap<(String, String), ParamWatch>>,
     built: Mutex<Option<Built>>,
-    /// Compile verdicts by (name, resourceVersion): problems, empty when good.
+    /// Reports verdicts on the objects.
+    reporter: Reporter,
+    /// Compile verdicts by (name, generation): problems, empty when good.
     verdicts: Mutex<HashMap<(String, String), Vec<String>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -150,7 +153,7 @@ impl ApiSource {
             }
         }
         Ok(ApiSource {
-            client,
+            client: client.clone(),
             changed,
             requested_api: policy_api_version,
             policies: Arc::default(),
@@ -160,6 +163,7 @@ impl ApiSource {
             built: Mutex::default(),
             verdicts: Mutex::default(),
             tasks: Mutex::default(),
+            reporter: Reporter::new(client.clone()),
         })
     }
 
@@ -238,29 +242,27 @@ impl ApiSource {
         let mut verdicts = lock(&self.verdicts);
         let mut seen = BTreeSet::new();
         for object in self.policies.objects() {
-            let (name, rv) = name_and_version(&object);
-            seen.insert((name.clone(), rv.clone()));
-            let policy = match policy_from_json(&as_admission(&object), source_of(POLICIES, &name))
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    let problem = format!("policy {name:?} skipped: {e}");
-                    if !verdicts.contains_key(&(name.clone(), rv.clone())) {
-                        tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
-                        verdicts.insert((name, rv), vec![problem.clone()]);
-                    }
-                    inputs.problems.push(problem);
-                    continue;
-                }
-            };
+            let (name, version) = name_and_version(&object);
+            let key = (name.clone(), version);
+            seen.insert(key.clone());
+            let fresh = !verdicts.contains_key(&key);
+            let converted = policy_from_json(&as_admission(&object), source_of(POLICIES, &name));
             let problems = verdicts
-                .entry((name.clone(), rv))
-                .or_insert_with(|| compile_problems(&policy))
+                .entry(key)
+                .or_insert_with(|| match &converted {
+                    Ok(policy) => compile_problems(policy),
+                    Err(e) => {
+                        tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
+                        vec![format!("policy {name:?} skipped: {e}")]
+                    }
+                })
                 .clone();
-            if problems.is_empty() {
-                inputs.policies.push(policy);
-            } else {
-                inputs.problems.extend(problems);
+            if fresh {
+                self.reporter.verdict(&object, POLICIES, &problems);
+            }
+            match converted {
+                Ok(policy) if problems.is_empty() => inputs.policies.push(policy),
+                _ => inputs.problems.extend(problems),
             }
         }
         verdicts.retain(|k, _| seen.contains(k));
@@ -342,15 +344,17 @@ impl Source for ApiSource {
     }
 }
 
+/// The name, and what changes when the spec does: the generation (which
+/// a status update leaves alone), else the resourceVersion.
 fn name_and_version(object: &Value) -> (String, String) {
-    let text = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+    let version = match object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+    {
+        Some(g) => format!("g{g}"),
+        None => format!("rv{}", text_at(object, "/metadata/resourceVersion")),
     };
-    (text("/metadata/name"), text("/metadata/resourceVersion"))
+    (text_at(object, "/metadata/name"), version)
 }
 
 fn source_of(resource: &str, name: &str) -> SourceRef {

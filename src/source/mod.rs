@@ -14,10 +14,12 @@
 //! - [`api`]: policies, bindings, params and Namespaces watched through
 //!   the Kubernetes API;
 //! - [`store`]: the watched objects of one resource;
+//! - [`report`]: status conditions and Events on policies kmutate skips;
 //! - [`sar`]: CEL `authorizer` checks answered by SubjectAccessReviews.
 
 pub mod api;
 pub mod files;
+pub mod report;
 pub mod sar;
 pub mod store;
 

@@ -44,15 +44,20 @@ pub fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {
     value
 }
 
+/// The string at `pointer` in `value` ("" when absent).
+pub fn text_at(value: &Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn key_of(value: &Value) -> Key {
-    let text = |p: &str| {
-        value
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    (text("/metadata/namespace"), text("/metadata/name"))
+    (
+        text_at(value, "/metadata/namespace"),
+        text_at(value, "/metadata/name"),
+    )
 }
 
 impl ObjectStore {

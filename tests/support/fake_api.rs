@@ -97,6 +97,7 @@ struct State {
     oldest: u64,
     sar_rules: Vec<SarRule>,
     sar_requests: Vec<Value>,
+    events: Vec<Value>,
     lists: usize,
     watches: usize,
 }
@@ -291,6 +292,19 @@ impl FakeApi {
         self.state().sar_requests.clone()
     }
 
+    /// The Events created.
+    pub fn events(&self) -> Vec<Value> {
+        self.state().events.clone()
+    }
+
+    /// The object of `kind` called `name` in `namespace`.
+    pub fn object(&self, kind: &Kind, namespace: &str, name: &str) -> Option<Value> {
+        self.state()
+            .objects
+            .get(&(kind.key(), namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
     /// (lists, watches) requests received.
     pub fn list_and_watch_counts(&self) -> (usize, usize) {
         let s = self.state();
@@ -398,7 +412,21 @@ async fn route(
             let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             return json_response(StatusCode::CREATED, &subject_access_review(&state, review));
         }
+        if let ["api", "v1", "namespaces", _, "events"] = segments.as_slice() {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let mut event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut s = state.lock().unwrap();
+            event["metadata"]["name"] = json!(format!("event-{}", s.events.len()));
+            s.events.push(event.clone());
+            return json_response(StatusCode::CREATED, &event);
+        }
         return not_found(&path);
+    }
+    if req.method() == Method::PATCH {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        return patch_status(&state, &signals, &kinds, &segments, patch)
+            .unwrap_or_else(|| not_found(&path));
     }
     // Discovery.
     match segments.as_slice() {
@@ -575,4 +603,41 @@ fn subject_access_review(state: &Mutex<State>, review: Value) -> Value {
     answer["kind"] = json!("SubjectAccessReview");
     answer["status"] = json!({"allowed": allowed, "denied": denied, "reason": reason});
     answer
+}
+
+/// A merge patch of an object's status subresource (only `status` changes).
+fn patch_status(
+    state: &Mutex<State>,
+    signals: &broadcast::Sender<Signal>,
+    kinds: &[Kind],
+    segments: &[&str],
+    patch: Value,
+) -> Option<Response<Body>> {
+    let (group, version, plural, name) = match segments {
+        ["apis", g, v, plural, name, "status"] => (*g, *v, *plural, *name),
+        ["api", v, plural, name, "status"] => ("", *v, *plural, *name),
+        _ => return None,
+    };
+    let kind = kinds
+        .iter()
+        .find(|k| k.group == group && k.version == version && k.plural == plural)?;
+    let mut s = state.lock().unwrap();
+    let key = (kind.key(), String::new(), name.to_string());
+    let mut object = s.objects.get(&key)?.clone();
+    let mut status = object.get("status").cloned().unwrap_or(json!({}));
+    json_patch::merge(&mut status, &patch["status"]);
+    object["status"] = status;
+    s.rv += 1;
+    object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+    s.objects.insert(key, object.clone());
+    let change = Change {
+        rv: s.rv,
+        key: kind.key(),
+        kind: "MODIFIED",
+        object: object.clone(),
+    };
+    s.history.push(change.clone());
+    drop(s);
+    let _ = signals.send(Signal::Change(change));
+    Some(json_response(StatusCode::OK, &object))
 }
