@@ -119,7 +119,7 @@ type ByName = BTreeMap<(String, String), Arc<Value>>;
 pub struct ClusterObjects {
     namespaces: BTreeMap<String, Arc<Value>>,
     by_kind: HashMap<(String, String), ByName>,
-    crds: Vec<Value>,
+    crds: Arc<Vec<Value>>,
     len: usize,
 }
 
@@ -146,6 +146,14 @@ impl ClusterObjects {
     /// Adds one shared object; a later object with the same apiVersion,
     /// kind, namespace and name replaces an earlier one.
     pub fn insert_shared(&mut self, o: Arc<Value>) {
+        if is_crd(&o) {
+            Arc::make_mut(&mut self.crds).push((*o).clone());
+        }
+        self.index(o);
+    }
+
+    /// Adds `o` to the indexes (Namespaces, by kind and name).
+    fn index(&mut self, o: Arc<Value>) {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
         let kind = text(o.get("kind"));
         let api_version = text(o.get("apiVersion"));
@@ -153,9 +161,6 @@ impl ClusterObjects {
         let namespace = text(o.pointer("/metadata/namespace"));
         if kind == "Namespace" && api_version == "v1" && !name.is_empty() {
             self.namespaces.insert(name.clone(), o.clone());
-        }
-        if kind == "CustomResourceDefinition" && api_version.starts_with("apiextensions.k8s.io/") {
-            self.crds.push((*o).clone());
         }
         let previous = self
             .by_kind
@@ -165,6 +170,23 @@ impl ClusterObjects {
         if previous.is_none() {
             self.len += 1;
         }
+    }
+
+    /// Indexes shared objects, taking the CustomResourceDefinitions among
+    /// them to be `crds` (already copied out, so that a caller rebuilding
+    /// often with the same CRDs copies them once).
+    pub fn from_shared_with_crds(
+        objects: impl IntoIterator<Item = Arc<Value>>,
+        crds: Arc<Vec<Value>>,
+    ) -> Self {
+        let mut c = ClusterObjects {
+            crds,
+            ..ClusterObjects::default()
+        };
+        for o in objects {
+            c.index(o);
+        }
+        c
     }
 
     /// Number of objects held.
@@ -225,6 +247,14 @@ impl ClusterObjects {
             .filter(|o| selector.is_none_or(|sel| sel.matches(&labels_of(o))))
             .collect()
     }
+}
+
+/// Whether `o` is a CustomResourceDefinition.
+pub fn is_crd(o: &Value) -> bool {
+    o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+        && o.get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))
 }
 
 /// The `metadata.labels` of an object (empty when it has none).

@@ -550,3 +550,58 @@ fn ten_thousand_params_are_cached_and_found() {
         server.shutdown().await;
     });
 }
+
+#[test]
+fn crds_from_the_api_give_custom_param_kinds_their_scope() {
+    // A cluster-scoped custom paramKind: without its CRD kmutate would take
+    // it for namespaced and look for the param in the request's namespace.
+    let dir = scratch("api_source", "crd_params");
+    run(Duration::from_secs(120), async {
+        let crds = Kind::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+        );
+        let settings = Kind::new("example.com", "v1", "settings", "Setting", false);
+        let (p, b) = policy_kinds(V1);
+        let fake = FakeApi::start(vec![
+            namespaces(),
+            crds.clone(),
+            settings.clone(),
+            p.clone(),
+            b.clone(),
+        ])
+        .await;
+        fake.put(&namespaces(), json!({"metadata": {"name": "default"}}));
+        fake.put(
+            &crds,
+            json!({"metadata": {"name": "settings.example.com"}, "spec": {
+                "group": "example.com", "scope": "Cluster",
+                "names": {"plural": "settings", "singular": "setting", "kind": "Setting", "listKind": "SettingList"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": {"type": "object", "properties": {"team": {"type": "string"}}}}}}}],
+            }}),
+        );
+        fake.put(
+            &settings,
+            json!({"metadata": {"name": "global"}, "spec": {"team": "platform"}}),
+        );
+        let (policy, binding) = labelling_policy(
+            V1,
+            "custom",
+            "team",
+            "params.spec.team",
+            Some(json!({"apiVersion": "example.com/v1", "kind": "Setting"})),
+            Some(json!({"name": "global", "parameterNotFoundAction": "Deny"})),
+        );
+        fake.put(&p, policy);
+        fake.put(&b, binding);
+        let server = started(api_config(&dir, &fake)).await;
+        let mut conn = connect(&server).await;
+        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+        assert_eq!(a.labels, json!({"team": "platform"}), "{a:?}");
+        server.shutdown().await;
+    });
+}

@@ -1,7 +1,8 @@
 //! The Kubernetes API source: MutatingAdmissionPolicies and their bindings
 //! (`admissionregistration.k8s.io` v1, v1beta1 or v1alpha1, or kmutate's
 //! own CRDs in `kmutate.dev/v1`), the param objects of every `paramKind`
-//! in use, and Namespaces, each kept current by a `kube::runtime::watcher`
+//! in use, Namespaces and CustomResourceDefinitions (whose schemas serve
+//! ApplyConfiguration, refreshed as they change), each kept current by a `kube::runtime::watcher`
 //! (which relists after a 410 Gone and retries with backoff while the API
 //! server is unreachable; the stores keep their objects meanwhile).
 //!
@@ -91,6 +92,9 @@ pub struct ApiSource {
     policies: Arc<ObjectStore>,
     bindings: Arc<ObjectStore>,
     namespaces: Arc<ObjectStore>,
+    /// CustomResourceDefinitions: resource names, scopes and schemas of
+    /// custom resources (ApplyConfiguration, param scopes).
+    crds: Arc<ObjectStore>,
     params: Mutex<HashMap<(String, String), ParamWatch>>,
     built: Mutex<Option<Built>>,
     /// Reports verdicts on the objects.
@@ -159,6 +163,7 @@ impl ApiSource {
             policies: Arc::default(),
             bindings: Arc::default(),
             namespaces: Arc::default(),
+            crds: Arc::default(),
             params: Mutex::default(),
             built: Mutex::default(),
             verdicts: Mutex::default(),
@@ -195,24 +200,28 @@ impl ApiSource {
                 &GroupVersionKind::gvk("", "v1", "Namespace"),
                 "namespaces",
             );
+            let crds = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+                "customresourcedefinitions",
+            );
+            // CRDs are optional: without them (or the right to read them),
+            // custom resources get no schema, as from files without CRDs.
+            let policies = resource("MutatingAdmissionPolicy", POLICIES);
+            let bindings = resource("MutatingAdmissionPolicyBinding", BINDINGS);
             let watches = [
-                (
-                    resource("MutatingAdmissionPolicy", POLICIES),
-                    me.policies.clone(),
-                ),
-                (
-                    resource("MutatingAdmissionPolicyBinding", BINDINGS),
-                    me.bindings.clone(),
-                ),
-                (namespaces, me.namespaces.clone()),
+                (policies, me.policies.clone(), false),
+                (bindings, me.bindings.clone(), false),
+                (namespaces, me.namespaces.clone(), false),
+                (crds, me.crds.clone(), true),
             ];
             let mut tasks = Vec::new();
-            for (ar, store) in watches {
+            for (ar, store, optional) in watches {
                 tasks.push(tokio::spawn(run_watch(
                     me.client.clone(),
                     ar,
                     store,
                     me.changed.clone(),
+                    optional,
                 )));
             }
             lock(&me.tasks).extend(tasks);
@@ -327,8 +336,8 @@ impl Drop for ApiSource {
 
 impl Source for ApiSource {
     fn snapshot(&self) -> Option<Snapshot> {
-        if !(self.policies.is_synced() && self.bindings.is_synced() && self.namespaces.is_synced())
-        {
+        let stores = [&self.policies, &self.bindings, &self.namespaces, &self.crds];
+        if !stores.iter().all(|s| s.is_synced()) {
             return None;
         }
         let (policies, kinds) = self.policy_inputs();
@@ -337,6 +346,7 @@ impl Source for ApiSource {
             return None;
         }
         let mut objects = self.namespaces.objects();
+        objects.extend(self.crds.objects());
         for store in params {
             objects.extend(store.objects());
         }
@@ -477,12 +487,14 @@ pub async fn discover_resource(
 }
 
 /// Watches one resource into `store`, forever, retrying with kube's
-/// default backoff.
+/// default backoff. An `optional` store counts as synced once its first
+/// attempt failed, so that readiness does not wait for it.
 async fn run_watch(
     client: Client,
     resource: ApiResource,
     store: Arc<ObjectStore>,
     changed: Arc<Notify>,
+    optional: bool,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let mut events = watcher(api, watcher::Config::default())
@@ -498,6 +510,10 @@ async fn run_watch(
             Err(e) => {
                 tracing::warn!(resource = %resource.plural, api = %resource.api_version, error = %e,
                     "watch failed; keeping the objects seen, retrying with backoff");
+                if optional && !store.is_synced() {
+                    store.mark_synced();
+                    changed.notify_one();
+                }
             }
         }
     }
@@ -531,5 +547,5 @@ async fn watch_params(
         backoff.wait().await;
     };
     tracing::info!(api_version = %api_version, kind = %kind, resource = %resource.plural, "watching params");
-    run_watch(client, resource, store, changed).await;
+    run_watch(client, resource, store, changed, false).await;
 }

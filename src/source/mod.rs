@@ -142,10 +142,13 @@ impl Assembler {
             });
             let previous = reuse.map(|l| l.compiled.clone());
             let authorizer = self.authorizer.clone();
+            let engine_before = self.slot.load_full();
             let build = tokio::task::spawn_blocking(move || {
                 let compiled = previous.unwrap_or_else(|| Arc::new(compile(&inputs)));
-                let objects = snapshots.into_iter().flat_map(|s| s.objects);
-                (Engine::assemble(compiled, objects, authorizer), inputs)
+                let objects = snapshots.into_iter().flat_map(|s| s.objects).collect();
+                let engine =
+                    Engine::reassemble(compiled, objects, authorizer, engine_before.as_deref());
+                (engine, inputs)
             })
             .await;
             let Ok((engine, inputs)) = build else {

@@ -7,7 +7,7 @@ use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet};
 use crate::matching::ResourceTable;
-use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,9 +17,29 @@ use std::sync::Arc;
 pub struct Engine {
     compiled: Arc<CompiledPolicies>,
     cluster: ClusterObjects,
+    crds: Arc<CrdTables>,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+/// What the CRDs give: the resource table and the schemas, with the CRD
+/// objects they were built from (to reuse them while those stay the same).
+struct CrdTables {
+    sources: Vec<Arc<serde_json::Value>>,
+    crds: Arc<Vec<serde_json::Value>>,
     table: ResourceTable,
     schemas: SchemaStore,
-    authorizer: Arc<dyn Authorizer>,
+}
+
+impl CrdTables {
+    fn new(sources: Vec<Arc<serde_json::Value>>) -> CrdTables {
+        let crds: Vec<serde_json::Value> = sources.iter().map(|c| (**c).clone()).collect();
+        CrdTables {
+            table: ResourceTable::new(&crds),
+            schemas: SchemaStore::with_crds(&crds),
+            crds: Arc::new(crds),
+            sources,
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -119,14 +139,37 @@ impl Engine {
         objects: impl IntoIterator<Item = Arc<serde_json::Value>>,
         authorizer: Arc<dyn Authorizer>,
     ) -> Engine {
-        let cluster = ClusterObjects::from_shared(objects);
-        let table = ResourceTable::new(cluster.crds());
-        let schemas = SchemaStore::with_crds(cluster.crds());
+        Engine::reassemble(compiled, objects.into_iter().collect(), authorizer, None)
+    }
+
+    /// [`Engine::assemble`], reusing the resource table and schemas of
+    /// `previous` when the CRDs are the same objects.
+    pub fn reassemble(
+        compiled: Arc<CompiledPolicies>,
+        objects: Vec<Arc<serde_json::Value>>,
+        authorizer: Arc<dyn Authorizer>,
+        previous: Option<&Engine>,
+    ) -> Engine {
+        let crd_sources: Vec<Arc<serde_json::Value>> =
+            objects.iter().filter(|o| is_crd(o)).cloned().collect();
+        let crds = match previous {
+            Some(p)
+                if p.crds.sources.len() == crd_sources.len()
+                    && p.crds
+                        .sources
+                        .iter()
+                        .zip(&crd_sources)
+                        .all(|(a, b)| Arc::ptr_eq(a, b)) =>
+            {
+                p.crds.clone()
+            }
+            _ => Arc::new(CrdTables::new(crd_sources)),
+        };
+        let cluster = ClusterObjects::from_shared_with_crds(objects, crds.crds.clone());
         Engine {
             compiled,
             cluster,
-            table,
-            schemas,
+            crds,
             authorizer,
         }
     }
@@ -158,14 +201,14 @@ impl Engine {
 
     /// The resource table (to complete partial requests).
     pub fn resources(&self) -> &ResourceTable {
-        &self.table
+        &self.crds.table
     }
 
     fn context(&self) -> AdmissionContext<'_> {
         AdmissionContext {
             cluster: &self.cluster,
-            schemas: &self.schemas,
-            resources: &self.table,
+            schemas: &self.crds.schemas,
+            resources: &self.crds.table,
             authorizer: self.authorizer.as_ref(),
         }
     }
