@@ -605,3 +605,110 @@ fn crds_from_the_api_give_custom_param_kinds_their_scope() {
         server.shutdown().await;
     });
 }
+
+#[cfg(unix)]
+#[test]
+fn the_serve_binary_reads_policies_from_the_api() {
+    // `kmutate serve --source api` with $KUBECONFIG naming the fake:
+    // policies load, and `authorizer` checks go to SubjectAccessReviews by
+    // default.
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let dir = scratch("api_source", "binary");
+    run(Duration::from_secs(120), async {
+        let (fake, p, b) = fake_with(V1).await;
+        fake.allow(SarRule {
+            user: "alice".into(),
+            verb: "get".into(),
+            resource: "secrets".into(),
+            allowed: true,
+        });
+        let (policy, binding) = labelling_policy(
+            V1,
+            "secrets",
+            "secrets",
+            "authorizer.group('').resource('secrets').namespace('default').check('get').allowed() ? 'yes' : 'no'",
+            None,
+            None,
+        );
+        fake.put(&p, policy);
+        fake.put(&b, binding);
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context: {{cluster: fake, user: u}}\ncurrent-context: c\n",
+                fake.url()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kmutate"))
+            .args(["serve", "--source", "api"])
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--log-format", "json"])
+            .arg("--cert-dir")
+            .arg(dir.join("tls"))
+            .current_dir(&dir)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kmutate serve starts");
+        let stderr = child.stderr.take().unwrap();
+        // Killed however the test ends.
+        struct Reaped(std::process::Child);
+        impl Drop for Reaped {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let child = Reaped(child);
+        let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if lines_tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        // Both lines, in whichever order they come.
+        let mut listen = None;
+        let mut loaded = false;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while listen.is_none() || !loaded {
+            assert!(
+                Instant::now() < deadline,
+                "kmutate serve did not start and load"
+            );
+            match lines.try_recv() {
+                Ok(v) => {
+                    let message = v["fields"]["message"].as_str().unwrap_or_default();
+                    if message.contains("serving POST /mutate") {
+                        listen = v["fields"]["listen"].as_str().map(str::to_string);
+                    }
+                    if message.contains("policies loaded") {
+                        loaded = true;
+                    }
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        let addr: std::net::SocketAddr = listen.unwrap().parse().unwrap();
+        let config =
+            kmutate::webhook::tls::client_config(&dir.join("tls/ca.crt"), None, &[]).unwrap();
+        let client =
+            kmutate::webhook::client::Client::new(addr, "localhost", config, false).unwrap();
+        let mut conn = client.connect().await.unwrap();
+        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+        drop(child);
+        assert_eq!(a.labels, json!({"secrets": "yes"}), "{a:?}");
+        assert_eq!(fake.sar_requests().len(), 1);
+    });
+}
