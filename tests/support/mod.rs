@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod api;
 pub mod fake_api;
 
 use base64::Engine as _;
