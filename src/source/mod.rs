@@ -165,6 +165,14 @@ impl Assembler {
                 }
                 reported = now;
             }
+            let engine = Arc::new(engine);
+            last = Some(LastBuild {
+                inputs,
+                compiled: engine.compiled().clone(),
+            });
+            // Published before it is logged and counted: whoever reads the
+            // log line or the metric finds the new set in force.
+            self.slot.store(Some(engine.clone()));
             if let Some(m) = &self.metrics {
                 m.set_loaded(
                     engine.policies(),
@@ -172,20 +180,29 @@ impl Assembler {
                     engine.problems().len(),
                 );
             }
-            tracing::info!(
-                policies = engine.policies(),
-                bindings = engine.bindings(),
-                objects = engine.cluster().len(),
-                problems = engine.problems().len(),
-                recompiled,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "policies loaded"
-            );
-            last = Some(LastBuild {
-                inputs,
-                compiled: engine.compiled().clone(),
-            });
-            self.slot.store(Some(Arc::new(engine)));
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            let (policies, bindings) = (engine.policies(), engine.bindings());
+            let (objects, problems) = (engine.cluster().len(), engine.problems().len());
+            if recompiled {
+                tracing::info!(
+                    policies,
+                    bindings,
+                    objects,
+                    problems,
+                    elapsed_ms,
+                    "policies loaded"
+                );
+            } else {
+                // Params or Namespaces changed: frequent, so quieter.
+                tracing::debug!(
+                    policies,
+                    bindings,
+                    objects,
+                    problems,
+                    elapsed_ms,
+                    "cluster objects reloaded"
+                );
+            }
         }
     }
 }
