@@ -319,3 +319,64 @@ impl AdmissionRequest {
         .unwrap_or(Value::Null)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(ns: &str, name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": ns, "name": name, "labels": labels}})
+    }
+
+    fn names(found: Vec<&Value>) -> Vec<String> {
+        found
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn find_by_kind_namespace_name_and_selector() {
+        let c = ClusterObjects::new(vec![
+            cm("b", "x", json!({"use": "yes"})),
+            cm("a", "x", json!({"use": "no"})),
+            cm("a", "y", json!({"use": "yes"})),
+            cm("ab", "x", json!({})),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "a", "name": "x"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}),
+        ]);
+        assert_eq!(c.len(), 6);
+        assert!(c.namespace("a").is_some() && c.namespace("b").is_none());
+        let find = |ns, name, sel: Option<LabelSelector>| {
+            names(c.find("v1", "ConfigMap", ns, name, sel.as_ref()))
+        };
+        assert_eq!(find(Some("a"), Some("x"), None), ["a/x"]);
+        assert_eq!(find(Some("a"), None, None), ["a/x", "a/y"]);
+        assert_eq!(find(None, Some("x"), None), ["a/x", "ab/x", "b/x"]);
+        let yes = LabelSelector {
+            match_labels: [("use".to_string(), "yes".to_string())].into(),
+            ..Default::default()
+        };
+        assert_eq!(find(None, None, Some(yes.clone())), ["a/y", "b/x"]);
+        assert_eq!(find(Some("a"), None, Some(yes.clone())), ["a/y"]);
+        assert_eq!(find(Some("a"), Some("x"), Some(yes)), Vec::<String>::new());
+        assert_eq!(find(Some("c"), None, None), Vec::<String>::new());
+        assert!(c.find("v1", "Pod", None, None, None).is_empty());
+        // The same object again replaces the first.
+        let mut c = c;
+        c.insert(cm("a", "x", json!({"v": "2"})));
+        assert_eq!(c.len(), 6);
+        assert_eq!(
+            c.find("v1", "ConfigMap", Some("a"), Some("x"), None)[0]["metadata"]["labels"]["v"],
+            "2"
+        );
+    }
+}

@@ -580,3 +580,24 @@ fn the_serve_binary_reads_policies_from_the_api() {
         assert_eq!(fake.sar_requests().len(), 1);
     });
 }
+
+#[test]
+fn both_sources_serve_together() {
+    let dir = scratch("api_source", "both");
+    let files = dir.join("policies");
+    std::fs::create_dir_all(&files).unwrap();
+    let (p, b) = labelling_policy(V1, "from-file", "file", "'yes'", None, None);
+    std::fs::write(files.join("p.yaml"), format!("{p}\n---\n{b}\n")).unwrap();
+    run(Duration::from_secs(120), async {
+        let (fake, p, b) = fake_with(V1).await;
+        put_labeller(&fake, &(p, b), "api", "'yes'");
+        let mut config = api_config(&dir, &fake);
+        config.source = kmutate::source::SourceKind::Both;
+        config.sources.policies = vec![files.clone()];
+        let server = started(config).await;
+        let mut conn = connect(&server).await;
+        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+        assert_eq!(a.labels, json!({"file": "yes", "api": "yes"}), "{a:?}");
+        server.shutdown().await;
+    });
+}

@@ -174,3 +174,75 @@ impl Authorizer for SubjectAccessReviewAuthorizer {
         decision
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authorizer::ResourceAttributes;
+    use crate::request::UserInfo;
+    use serde_json::json;
+
+    #[test]
+    fn a_check_becomes_the_review_upstream_sends() {
+        // Upstream webhook authorizer: resourceAttributes / nonResourceAttributes
+        // with the user's name, uid, groups and extra.
+        let user = UserInfo {
+            username: "alice".into(),
+            uid: "u1".into(),
+            groups: vec!["dev".into()],
+            extra: [("scopes".to_string(), vec!["x".to_string()])].into(),
+        };
+        let check = AuthorizationAttributes {
+            user: user.clone(),
+            verb: "get".into(),
+            target: AuthorizationTarget::Resource(ResourceAttributes {
+                api_group: "apps".into(),
+                api_version: "*".into(),
+                resource: "deployments".into(),
+                subresource: "scale".into(),
+                namespace: "ns".into(),
+                name: "web".into(),
+                label_selector: "app=web".into(),
+                ..Default::default()
+            }),
+        };
+        let review = serde_json::to_value(review_of(&check)).unwrap();
+        assert_eq!(
+            review["spec"],
+            json!({"user": "alice", "uid": "u1", "groups": ["dev"], "extra": {"scopes": ["x"]},
+                "resourceAttributes": {"group": "apps", "version": "*", "resource": "deployments",
+                    "subresource": "scale", "namespace": "ns", "name": "web", "verb": "get",
+                    "labelSelector": {"rawSelector": "app=web"}}})
+        );
+        let path = AuthorizationAttributes {
+            user,
+            verb: "get".into(),
+            target: AuthorizationTarget::NonResource {
+                path: "/healthz".into(),
+            },
+        };
+        let review = serde_json::to_value(review_of(&path)).unwrap();
+        assert_eq!(
+            review["spec"]["nonResourceAttributes"],
+            json!({"path": "/healthz", "verb": "get"})
+        );
+    }
+
+    #[test]
+    fn statuses_become_decisions() {
+        let status = |v: serde_json::Value| -> authz::SubjectAccessReviewStatus {
+            serde_json::from_value(v).unwrap()
+        };
+        let d = decision_of(&status(json!({"allowed": true, "reason": "rbac"})));
+        assert_eq!(d, Decision::allow("rbac"));
+        let d = decision_of(&status(
+            json!({"allowed": false, "denied": true, "reason": "no"}),
+        ));
+        assert_eq!(d, Decision::deny("no"));
+        let d = decision_of(&status(
+            json!({"allowed": false, "evaluationError": "boom"}),
+        ));
+        assert_eq!(d.kind, DecisionKind::NoOpinion);
+        assert_eq!(d.error.as_deref(), Some("boom"));
+    }
+}

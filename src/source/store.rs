@@ -144,3 +144,67 @@ impl ObjectStore {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+    use serde_json::json;
+
+    fn resource() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        )
+    }
+
+    fn cm(name: &str, team: &str) -> DynamicObject {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
+            "managedFields": [{"manager": "kubectl"}]}, "data": {"team": team}}))
+        .unwrap()
+    }
+
+    fn teams(store: &ObjectStore) -> Vec<String> {
+        store
+            .objects()
+            .iter()
+            .map(|o| format!("{}={}", o["metadata"]["name"], o["data"]["team"]))
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_is_swapped_in_whole_at_its_end() {
+        // kube's reflector store: Init starts a buffer, InitDone swaps it in.
+        let store = ObjectStore::default();
+        let r = resource();
+        assert!(!store.is_synced());
+        assert!(!store.apply(watcher::Event::Init, &r));
+        assert!(!store.apply(watcher::Event::InitApply(cm("a", "1")), &r));
+        assert!(store.objects().is_empty(), "nothing served before InitDone");
+        assert!(store.apply(watcher::Event::InitDone, &r));
+        assert!(store.is_synced());
+        assert!(store.apply(watcher::Event::Apply(cm("b", "2")), &r));
+        assert_eq!(teams(&store), ["\"a\"=\"1\"", "\"b\"=\"2\""]);
+
+        // A relist (after 410 Gone): the old objects serve until it ends.
+        let generation = store.generation();
+        store.apply(watcher::Event::Init, &r);
+        store.apply(watcher::Event::InitApply(cm("b", "3")), &r);
+        assert_eq!(teams(&store), ["\"a\"=\"1\"", "\"b\"=\"2\""]);
+        assert_eq!(store.generation(), generation);
+        store.apply(watcher::Event::InitDone, &r);
+        assert_eq!(teams(&store), ["\"b\"=\"3\""]);
+        assert!(store.apply(watcher::Event::Delete(cm("b", "3")), &r));
+        assert!(store.is_empty());
+        assert!(!store.apply(watcher::Event::Delete(cm("b", "3")), &r));
+    }
+
+    #[test]
+    fn objects_get_their_type_and_lose_managed_fields() {
+        let v = object_json(cm("a", "1"), &resource());
+        assert_eq!(v["apiVersion"], "v1");
+        assert_eq!(v["kind"], "ConfigMap");
+        assert!(v["metadata"].get("managedFields").is_none());
+        assert_eq!(v["metadata"]["name"], "a");
+    }
+}
