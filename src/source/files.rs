@@ -175,7 +175,13 @@ fn read_file(path: &Path, role: Role, stamp: Stamp, previous: Option<FileEntry>)
         loaded.bindings.clear();
     }
     let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    let compile_problems = compile_problems(&loaded);
+    // Only a file with a version to fall back on is compiled here; at the
+    // first read the engine's compile reports the problems.
+    let compile_problems = if previous.is_some() {
+        compile_problems(&loaded)
+    } else {
+        Vec::new()
+    };
     let was_good = previous.as_ref().is_some_and(|p| p.problems.is_empty());
     let file = path.display();
     match previous {
