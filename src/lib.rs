@@ -11,6 +11,7 @@
 //! - [`dispatch`]: compiled policies, params, variables, reinvocation;
 //! - [`explain`]: which policy, binding and mutation changed which fields;
 //! - [`conformance`]: the conformance case runner;
+//! - [`source`]: where `kmutate serve` reads policies from, kept current;
 //! - [`webhook`]: the admission webhook (`kmutate serve`) and its load generator.
 
 pub mod api;
@@ -24,5 +25,6 @@ pub mod matching;
 pub mod mutation;
 pub mod request;
 pub mod schema;
+pub mod source;
 pub mod translate;
 pub mod webhook;

@@ -4,7 +4,8 @@
 use crate::api::LabelSelector;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// A group/version/kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -107,46 +108,100 @@ fn default_operation() -> String {
     "CREATE".into()
 }
 
+/// Objects of one kind by (namespace, name).
+type ByName = BTreeMap<(String, String), Arc<Value>>;
+
 /// What the cluster holds, as seen by an admission: Namespaces, param
-/// objects and CRDs.
+/// objects and CRDs. Objects are shared (`Arc`), so that a source holding
+/// thousands of params can build a fresh set cheaply, and indexed by
+/// apiVersion and kind, then namespace and name, for param lookups.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterObjects {
-    namespaces: BTreeMap<String, Value>,
-    objects: Vec<Value>,
-    crds: Vec<Value>,
+    namespaces: BTreeMap<String, Arc<Value>>,
+    by_kind: HashMap<(String, String), ByName>,
+    crds: Arc<Vec<Value>>,
+    len: usize,
 }
 
 impl ClusterObjects {
     /// Indexes a list of objects.
     pub fn new(objects: Vec<Value>) -> Self {
+        Self::from_shared(objects.into_iter().map(Arc::new))
+    }
+
+    /// Indexes shared objects.
+    pub fn from_shared(objects: impl IntoIterator<Item = Arc<Value>>) -> Self {
         let mut c = ClusterObjects::default();
         for o in objects {
-            c.insert(o);
+            c.insert_shared(o);
         }
         c
     }
 
     /// Adds one object.
     pub fn insert(&mut self, o: Value) {
-        let kind = o.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let api_version = o
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if kind == "Namespace" && api_version == "v1" {
-            if let Some(name) = o.pointer("/metadata/name").and_then(Value::as_str) {
-                self.namespaces.insert(name.to_string(), o.clone());
-            }
+        self.insert_shared(Arc::new(o));
+    }
+
+    /// Adds one shared object; a later object with the same apiVersion,
+    /// kind, namespace and name replaces an earlier one.
+    pub fn insert_shared(&mut self, o: Arc<Value>) {
+        if is_crd(&o) {
+            Arc::make_mut(&mut self.crds).push((*o).clone());
         }
-        if kind == "CustomResourceDefinition" && api_version.starts_with("apiextensions.k8s.io/") {
-            self.crds.push(o.clone());
+        self.index(o);
+    }
+
+    /// Adds `o` to the indexes (Namespaces, by kind and name).
+    fn index(&mut self, o: Arc<Value>) {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+        let kind = text(o.get("kind"));
+        let api_version = text(o.get("apiVersion"));
+        let name = text(o.pointer("/metadata/name"));
+        let namespace = text(o.pointer("/metadata/namespace"));
+        if kind == "Namespace" && api_version == "v1" && !name.is_empty() {
+            self.namespaces.insert(name.clone(), o.clone());
         }
-        self.objects.push(o);
+        let previous = self
+            .by_kind
+            .entry((api_version, kind))
+            .or_default()
+            .insert((namespace, name), o);
+        if previous.is_none() {
+            self.len += 1;
+        }
+    }
+
+    /// Indexes shared objects, taking the CustomResourceDefinitions among
+    /// them to be `crds` (already copied out, so that a caller rebuilding
+    /// often with the same CRDs copies them once).
+    pub fn from_shared_with_crds(
+        objects: impl IntoIterator<Item = Arc<Value>>,
+        crds: Arc<Vec<Value>>,
+    ) -> Self {
+        let mut c = ClusterObjects {
+            crds,
+            ..ClusterObjects::default()
+        };
+        for o in objects {
+            c.index(o);
+        }
+        c
+    }
+
+    /// Number of objects held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no object is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The Namespace object called `name`.
     pub fn namespace(&self, name: &str) -> Option<&Value> {
-        self.namespaces.get(name)
+        self.namespaces.get(name).map(|v| v.as_ref())
     }
 
     /// The CustomResourceDefinitions.
@@ -164,43 +219,42 @@ impl ClusterObjects {
         name: Option<&str>,
         selector: Option<&LabelSelector>,
     ) -> Vec<&Value> {
-        let mut found: Vec<&Value> = self
-            .objects
-            .iter()
-            .filter(|o| {
-                o.get("apiVersion").and_then(Value::as_str) == Some(api_version)
-                    && o.get("kind").and_then(Value::as_str) == Some(kind)
-            })
-            .filter(|o| match namespace {
-                Some(ns) => {
-                    o.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        == ns
-                }
-                None => true,
-            })
-            .filter(|o| match name {
-                Some(n) => o.pointer("/metadata/name").and_then(Value::as_str) == Some(n),
-                None => true,
-            })
-            .filter(|o| match selector {
-                Some(sel) => sel.matches(&labels_of(o)),
-                None => true,
-            })
-            .collect();
-        found.sort_by_key(|o| {
-            (
-                o.pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
-                o.pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
-            )
-        });
-        found
+        let Some(objects) = self
+            .by_kind
+            .get(&(api_version.to_string(), kind.to_string()))
+        else {
+            return Vec::new();
+        };
+        if let (Some(ns), Some(n)) = (namespace, name) {
+            return objects
+                .get(&(ns.to_string(), n.to_string()))
+                .map(|o| o.as_ref())
+                .into_iter()
+                .filter(|o| selector.is_none_or(|sel| sel.matches(&labels_of(o))))
+                .collect();
+        }
+        let in_namespace = |((o_ns, _), _): &(&(String, String), &Arc<Value>)| {
+            namespace.is_none_or(|ns| ns == o_ns)
+        };
+        let candidates = match namespace {
+            Some(ns) => objects.range((ns.to_string(), String::new())..),
+            None => objects.range::<(String, String), _>(..),
+        };
+        candidates
+            .take_while(in_namespace)
+            .filter(|((_, o_name), _)| name.is_none_or(|n| n == o_name))
+            .map(|(_, o)| o.as_ref())
+            .filter(|o| selector.is_none_or(|sel| sel.matches(&labels_of(o))))
+            .collect()
     }
+}
+
+/// Whether `o` is a CustomResourceDefinition.
+pub fn is_crd(o: &Value) -> bool {
+    o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+        && o.get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))
 }
 
 /// The `metadata.labels` of an object (empty when it has none).
@@ -263,5 +317,66 @@ impl AdmissionRequest {
             options: &self.options,
         })
         .unwrap_or(Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(ns: &str, name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": ns, "name": name, "labels": labels}})
+    }
+
+    fn names(found: Vec<&Value>) -> Vec<String> {
+        found
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn find_by_kind_namespace_name_and_selector() {
+        let c = ClusterObjects::new(vec![
+            cm("b", "x", json!({"use": "yes"})),
+            cm("a", "x", json!({"use": "no"})),
+            cm("a", "y", json!({"use": "yes"})),
+            cm("ab", "x", json!({})),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "a", "name": "x"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}),
+        ]);
+        assert_eq!(c.len(), 6);
+        assert!(c.namespace("a").is_some() && c.namespace("b").is_none());
+        let find = |ns, name, sel: Option<LabelSelector>| {
+            names(c.find("v1", "ConfigMap", ns, name, sel.as_ref()))
+        };
+        assert_eq!(find(Some("a"), Some("x"), None), ["a/x"]);
+        assert_eq!(find(Some("a"), None, None), ["a/x", "a/y"]);
+        assert_eq!(find(None, Some("x"), None), ["a/x", "ab/x", "b/x"]);
+        let yes = LabelSelector {
+            match_labels: [("use".to_string(), "yes".to_string())].into(),
+            ..Default::default()
+        };
+        assert_eq!(find(None, None, Some(yes.clone())), ["a/y", "b/x"]);
+        assert_eq!(find(Some("a"), None, Some(yes.clone())), ["a/y"]);
+        assert_eq!(find(Some("a"), Some("x"), Some(yes)), Vec::<String>::new());
+        assert_eq!(find(Some("c"), None, None), Vec::<String>::new());
+        assert!(c.find("v1", "Pod", None, None, None).is_empty());
+        // The same object again replaces the first.
+        let mut c = c;
+        c.insert(cm("a", "x", json!({"v": "2"})));
+        assert_eq!(c.len(), 6);
+        assert_eq!(
+            c.find("v1", "ConfigMap", Some("a"), Some("x"), None)[0]["metadata"]["labels"]["v"],
+            "2"
+        );
     }
 }

@@ -41,7 +41,15 @@ DEPLOY = os.path.join(ROOT, "deploy")
 
 # Manifests of deploy/ that kustomization.yaml leaves out on purpose: they
 # need the Prometheus Operator's CRDs, which not every cluster has.
-APPLIED_SEPARATELY = {"prometheus-rules.yaml", "servicemonitor.yaml"}
+# Monitoring needs the Prometheus Operator's CRDs; kmutate's own CRDs
+# (kmutate.dev) are only for clusters without the MutatingAdmissionPolicy API
+# (`kmutate serve --source api` then reads them): all applied on purpose.
+APPLIED_SEPARATELY = {
+    "prometheus-rules.yaml",
+    "servicemonitor.yaml",
+    "crds/mutatingadmissionpolicies.yaml",
+    "crds/mutatingadmissionpolicybindings.yaml",
+}
 
 # API groups whose kinds come from CRDs, not in the Kubernetes schemas.
 CRD_GROUPS = {"cert-manager.io", "monitoring.coreos.com", "kmutate.dev"}

@@ -337,6 +337,11 @@ struct PolicyError {
 }
 
 impl PolicySet {
+    /// The policies, as loaded.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.policies.iter().map(|c| &c.policy)
+    }
+
     /// Compiles `policies` and pairs them with `bindings`; a binding whose
     /// policy does not exist is ignored, as upstream does.
     pub fn new(

@@ -8,6 +8,8 @@ use super::tls::CertFiles;
 use super::{format_duration, parse_duration};
 use crate::api::load;
 use crate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
+use crate::source::api::ApiConfig;
+use crate::source::SourceKind;
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::ValueEnum;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -36,6 +38,18 @@ pub struct ServeArgs {
     /// Cluster objects: Namespaces, params, CRDs.
     #[arg(long, value_name = "PATH")]
     pub resources: Vec<PathBuf>,
+    /// Where policies and bindings come from: the files above (re-read when
+    /// they change), the Kubernetes API (watched; kubeconfig from
+    /// $KUBECONFIG, ~/.kube/config or the in-cluster service account), or both.
+    #[arg(long, value_enum, default_value = "files")]
+    pub source: SourceKind,
+    /// The API of the policies watched with --source api|both:
+    /// `admissionregistration.k8s.io/v1`, `.../v1beta1`, `.../v1alpha1` or
+    /// `kmutate.dev/v1` (kmutate's CRDs, deploy/crds/). By default the
+    /// newest admissionregistration.k8s.io version the server serves, else
+    /// kmutate.dev/v1.
+    #[arg(long, value_name = "GROUP/VERSION")]
+    pub policy_api_version: Option<String>,
     /// Address of the HTTPS listener (`HOST:PORT` or `:PORT`).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443", value_parser = parse_addr)]
     pub listen: SocketAddr,
@@ -70,7 +84,8 @@ pub struct ServeArgs {
     pub drain_timeout: Duration,
     /// Decisions for the CEL `authorizer` checks (the list format of
     /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
-    /// every check is denied.
+    /// every check is denied, or with --source api|both asked of the API
+    /// server by SubjectAccessReview (answers cached 10 s).
     #[arg(long, value_name = "FILE", conflicts_with = "authorizer_allow_all")]
     pub authorizer: Option<PathBuf>,
     /// Allow every CEL `authorizer` check.
@@ -189,6 +204,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             policies: args.policies.clone(),
             bindings: args.bindings.clone(),
             resources: args.resources.clone(),
+        },
+        source: args.source,
+        api: ApiConfig {
+            kube: None,
+            policy_api_version: args.policy_api_version.clone(),
+            // With the API at hand, the API server decides the checks
+            // unless a decision list or allow-all is given.
+            subject_access_review: args.source != SourceKind::Files
+                && args.authorizer.is_none()
+                && !args.authorizer_allow_all,
         },
         authorizer: authorizer(args.authorizer.as_ref(), args.authorizer_allow_all)?,
         listen: args.listen,

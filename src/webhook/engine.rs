@@ -3,31 +3,52 @@
 //! table, the schemas and the authorizer of CEL `authorizer` checks.
 
 use crate::api::load;
+use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet};
 use crate::matching::ResourceTable;
-use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-/// The loaded policy configuration, shared by every request.
+/// The loaded policy configuration, shared by every request. A new one is
+/// built whenever a source changes and swapped in whole.
 pub struct Engine {
-    set: PolicySet,
+    compiled: Arc<CompiledPolicies>,
     cluster: ClusterObjects,
+    crds: Arc<CrdTables>,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+/// What the CRDs give: the resource table and the schemas, with the CRD
+/// objects they were built from (to reuse them while those stay the same).
+struct CrdTables {
+    sources: Vec<Arc<serde_json::Value>>,
+    crds: Arc<Vec<serde_json::Value>>,
     table: ResourceTable,
     schemas: SchemaStore,
-    authorizer: Box<dyn Authorizer>,
-    policies: usize,
-    bindings: usize,
-    problems: Vec<String>,
+}
+
+impl CrdTables {
+    fn new(sources: Vec<Arc<serde_json::Value>>) -> CrdTables {
+        let crds: Vec<serde_json::Value> = sources.iter().map(|c| (**c).clone()).collect();
+        CrdTables {
+            table: ResourceTable::new(&crds),
+            schemas: SchemaStore::with_crds(&crds),
+            crds: Arc::new(crds),
+            sources,
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("policies", &self.policies)
-            .field("bindings", &self.bindings)
-            .field("problems", &self.problems.len())
+            .field("policies", &self.compiled.policies)
+            .field("bindings", &self.compiled.bindings)
+            .field("problems", &self.compiled.problems.len())
+            .field("objects", &self.cluster.len())
             .finish()
     }
 }
@@ -43,6 +64,49 @@ pub struct EngineSources {
     pub resources: Vec<PathBuf>,
 }
 
+/// Policies and bindings compiled into a [`PolicySet`], with the problems
+/// found reading and compiling them; kept apart from the cluster objects so
+/// that a change of params or Namespaces does not recompile anything.
+#[derive(Debug)]
+pub struct CompiledPolicies {
+    set: PolicySet,
+    policies: usize,
+    bindings: usize,
+    problems: Vec<String>,
+}
+
+impl CompiledPolicies {
+    /// Compiles `policies` with `bindings`; `problems` (found while reading
+    /// them) are kept, and to them are added bindings of missing policies
+    /// and compile errors (such a policy still loads and fails when
+    /// invoked, subject to its failure policy, as upstream's does).
+    pub fn compile(policies: Vec<Policy>, bindings: Vec<Binding>, problems: Vec<String>) -> Self {
+        let mut problems = problems;
+        for b in &bindings {
+            if !policies.iter().any(|p| p.name == b.policy_name) {
+                problems.push(format!(
+                    "{}: binding {:?} refers to policy {:?}, which is not loaded",
+                    b.source, b.name, b.policy_name
+                ));
+            }
+        }
+        let counts = (policies.len(), bindings.len());
+        let (set, errors) = PolicySet::new(policies, bindings);
+        problems.extend(errors.iter().map(ToString::to_string));
+        CompiledPolicies {
+            set,
+            policies: counts.0,
+            bindings: counts.1,
+            problems,
+        }
+    }
+
+    /// What went wrong while reading and compiling.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+}
+
 impl Engine {
     /// Loads and compiles everything `sources` names. Problems (unreadable
     /// files, invalid documents, compile errors, bindings of missing
@@ -52,71 +116,112 @@ impl Engine {
         let bindings = load::load_paths(&sources.bindings);
         let resources = load::load_paths(&sources.resources);
         loaded.absorb_definitions(bindings.policies, bindings.bindings);
-        let mut problems: Vec<String> = loaded
+        let problems: Vec<String> = loaded
             .errors
             .iter()
             .chain(&bindings.errors)
             .chain(&resources.errors)
             .map(ToString::to_string)
             .collect();
-        for b in &loaded.bindings {
-            if !loaded.policies.iter().any(|p| p.name == b.policy_name) {
-                problems.push(format!(
-                    "{}: binding {:?} refers to policy {:?}, which is not loaded",
-                    b.source, b.name, b.policy_name
-                ));
+        let compiled = CompiledPolicies::compile(loaded.policies, loaded.bindings, problems);
+        Engine::assemble(
+            Arc::new(compiled),
+            resources.resources.into_iter().map(Arc::new),
+            Arc::from(authorizer),
+        )
+    }
+
+    /// An engine of compiled policies and cluster objects (Namespaces,
+    /// params, CRDs).
+    pub fn assemble(
+        compiled: Arc<CompiledPolicies>,
+        objects: impl IntoIterator<Item = Arc<serde_json::Value>>,
+        authorizer: Arc<dyn Authorizer>,
+    ) -> Engine {
+        Engine::reassemble(compiled, objects.into_iter().collect(), authorizer, None)
+    }
+
+    /// [`Engine::assemble`], reusing the resource table and schemas of
+    /// `previous` when the CRDs are the same objects.
+    pub fn reassemble(
+        compiled: Arc<CompiledPolicies>,
+        objects: Vec<Arc<serde_json::Value>>,
+        authorizer: Arc<dyn Authorizer>,
+        previous: Option<&Engine>,
+    ) -> Engine {
+        let crd_sources: Vec<Arc<serde_json::Value>> =
+            objects.iter().filter(|o| is_crd(o)).cloned().collect();
+        let crds = match previous {
+            Some(p)
+                if p.crds.sources.len() == crd_sources.len()
+                    && p.crds
+                        .sources
+                        .iter()
+                        .zip(&crd_sources)
+                        .all(|(a, b)| Arc::ptr_eq(a, b)) =>
+            {
+                p.crds.clone()
             }
-        }
-        let cluster = ClusterObjects::new(resources.resources);
-        let table = ResourceTable::new(cluster.crds());
-        let schemas = SchemaStore::with_crds(cluster.crds());
-        for p in &loaded.policies {
+            _ => Arc::new(CrdTables::new(crd_sources)),
+        };
+        let unchanged = previous
+            .is_some_and(|p| Arc::ptr_eq(&p.compiled, &compiled) && Arc::ptr_eq(&p.crds, &crds));
+        if !unchanged {
             // Schema-aware field warnings never refuse a policy: logged only.
-            for w in crate::cel::field_warnings::policy_field_warnings(p, &table, &schemas) {
-                tracing::warn!(source = %p.source, warning = %w, "policy field warning");
+            for policy in compiled.set.policies() {
+                for w in crate::cel::field_warnings::policy_field_warnings(
+                    policy,
+                    &crds.table,
+                    &crds.schemas,
+                ) {
+                    tracing::warn!(source = %policy.source, warning = %w, "policy field warning");
+                }
             }
         }
-        let policies = loaded.policies.len();
-        let bindings = loaded.bindings.len();
-        let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
-        problems.extend(errors.iter().map(ToString::to_string));
+        let cluster = ClusterObjects::from_shared_with_crds(objects, crds.crds.clone());
         Engine {
-            set,
+            compiled,
             cluster,
-            table,
-            schemas,
+            crds,
             authorizer,
-            policies,
-            bindings,
-            problems,
         }
+    }
+
+    /// The compiled policies (to reuse when only cluster objects change).
+    pub fn compiled(&self) -> &Arc<CompiledPolicies> {
+        &self.compiled
+    }
+
+    /// The cluster objects (Namespaces, params, CRDs).
+    pub fn cluster(&self) -> &ClusterObjects {
+        &self.cluster
     }
 
     /// Number of policies loaded.
     pub fn policies(&self) -> usize {
-        self.policies
+        self.compiled.policies
     }
 
     /// Number of bindings loaded.
     pub fn bindings(&self) -> usize {
-        self.bindings
+        self.compiled.bindings
     }
 
     /// What went wrong while loading.
     pub fn problems(&self) -> &[String] {
-        &self.problems
+        &self.compiled.problems
     }
 
     /// The resource table (to complete partial requests).
     pub fn resources(&self) -> &ResourceTable {
-        &self.table
+        &self.crds.table
     }
 
     fn context(&self) -> AdmissionContext<'_> {
         AdmissionContext {
             cluster: &self.cluster,
-            schemas: &self.schemas,
-            resources: &self.table,
+            schemas: &self.crds.schemas,
+            resources: &self.crds.table,
             authorizer: self.authorizer.as_ref(),
         }
     }
@@ -124,12 +229,16 @@ impl Engine {
     /// The bindings that act on `request`, in dispatch order, found by
     /// matching alone (no CEL): empty means the request passes unchanged.
     pub fn matching(&self, request: &AdmissionRequest) -> Vec<MatchedBinding<'_>> {
-        self.set.matching_bindings(request, &self.context())
+        self.compiled
+            .set
+            .matching_bindings(request, &self.context())
     }
 
     /// Runs the admission of `request`, telling `observer` about each
     /// mutation and policy error.
     pub fn admit(&self, request: &AdmissionRequest, observer: &dyn AdmissionObserver) -> Outcome {
-        self.set.admit_with(request, &self.context(), observer)
+        self.compiled
+            .set
+            .admit_with(request, &self.context(), observer)
     }
 }

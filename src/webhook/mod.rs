@@ -88,7 +88,7 @@ fn duration_from_secs(secs: f64, text: &str) -> Result<Duration, String> {
 pub fn format_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) && d.subsec_nanos() % 1_000_000 == 0 {
+    } else if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
     } else {
         format!("{}s", d.as_secs_f64())

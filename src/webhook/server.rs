@@ -13,7 +13,10 @@ use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionObserver, Outcome};
 use crate::matching::complete_request;
 use crate::request::AdmissionRequest;
+use crate::source::api::ApiConfig;
+use crate::source::SourceKind;
 use anyhow::{Context as _, Result};
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -28,7 +31,7 @@ use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -70,8 +73,12 @@ pub enum TlsSource {
 
 /// What `kmutate serve` is told.
 pub struct ServeConfig {
-    /// Policies, bindings and cluster objects.
+    /// Policies, bindings and cluster objects (files).
     pub sources: EngineSources,
+    /// Which sources to read: the files, the Kubernetes API, or both.
+    pub source: SourceKind,
+    /// The Kubernetes API source's configuration.
+    pub api: ApiConfig,
     /// Decides the CEL `authorizer` checks.
     pub authorizer: Box<dyn Authorizer>,
     /// The TLS listener's address.
@@ -93,6 +100,7 @@ impl std::fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeConfig")
             .field("sources", &self.sources)
+            .field("source", &self.source)
             .field("listen", &self.listen)
             .field("metrics_listen", &self.metrics_listen)
             .field("tls", &self.tls)
@@ -114,6 +122,8 @@ impl ServeConfig {
                 bindings: vec![PathBuf::from("bindings")],
                 resources: Vec::new(),
             },
+            source: SourceKind::Files,
+            api: ApiConfig::default(),
             authorizer: Box::new(crate::authorizer::AlwaysDeny),
             listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
             metrics_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9090))),
@@ -136,7 +146,8 @@ impl Default for ServeConfig {
 
 /// State shared by every connection.
 struct Shared {
-    engine: OnceLock<Arc<Engine>>,
+    /// The engine in force; swapped whole when a source changes.
+    engine: Arc<ArcSwapOption<Engine>>,
     metrics: Arc<Metrics>,
     timeout: Duration,
     shutting_down: AtomicBool,
@@ -152,6 +163,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     serving: Option<JoinHandle<()>>,
     metrics_serving: Option<JoinHandle<()>>,
+    /// The sources' tasks, stopped when the server is dropped.
+    sources: crate::source::Running,
 }
 
 impl std::fmt::Debug for Server {
@@ -199,41 +212,22 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         .map(TcpListener::local_addr)
         .transpose()?;
     let shared = Arc::new(Shared {
-        engine: OnceLock::new(),
+        engine: Arc::new(ArcSwapOption::empty()),
         metrics: metrics.clone(),
         timeout: config.timeout,
         shutting_down: AtomicBool::new(false),
         received: AtomicU64::new(0),
     });
 
-    let loader = shared.clone();
-    let sources = config.sources.clone();
-    let authorizer = config.authorizer;
-    tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let engine = Engine::load(&sources, authorizer);
-        for p in engine.problems() {
-            tracing::warn!(problem = %p, "policy load problem");
-        }
-        loader.metrics.set_loaded(
-            engine.policies(),
-            engine.bindings(),
-            engine.problems().len(),
-        );
-        let (policies, bindings, problems) = (
-            engine.policies(),
-            engine.bindings(),
-            engine.problems().len(),
-        );
-        let _ = loader.engine.set(Arc::new(engine));
-        tracing::info!(
-            policies,
-            bindings,
-            problems,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "policies loaded"
-        );
-    });
+    let sources = crate::source::start(
+        &config.sources,
+        config.source,
+        &config.api,
+        Arc::from(config.authorizer),
+        shared.engine.clone(),
+        Some(metrics.clone()),
+    )
+    .await?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let serving = tokio::spawn(serve_tls(
@@ -253,6 +247,7 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         shutdown,
         serving: Some(serving),
         metrics_serving,
+        sources,
     })
 }
 
@@ -288,14 +283,14 @@ impl Server {
         &self.shared.metrics
     }
 
-    /// Whether the policies are loaded.
+    /// Whether the policies are loaded (after every source's first full sync).
     pub fn is_ready(&self) -> bool {
-        self.shared.engine.get().is_some()
+        self.shared.engine.load().is_some()
     }
 
-    /// The loaded engine, once ready.
-    pub fn engine(&self) -> Option<&Arc<Engine>> {
-        self.shared.engine.get()
+    /// The engine in force, once ready.
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.shared.engine.load_full()
     }
 
     /// Waits until the policies are loaded (false if `limit` passes first).
@@ -325,6 +320,7 @@ impl Server {
     /// most the drain timeout), then returns.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
+        self.sources.stop();
         self.wait().await;
     }
 
@@ -488,7 +484,7 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Byt
         (&Method::GET, READYZ_PATH) => {
             if shared.shutting_down.load(Ordering::SeqCst) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-            } else if shared.engine.get().is_some() {
+            } else if shared.engine.load().is_some() {
                 text(StatusCode::OK, "ok")
             } else {
                 text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet")
@@ -574,7 +570,8 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         }
     };
 
-    let Some(engine) = shared.engine.get().cloned() else {
+    // One load of the engine in force: the whole request uses it.
+    let Some(engine) = shared.engine.load_full() else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet");
     };
 

@@ -1,0 +1,551 @@
+//! The Kubernetes API source: MutatingAdmissionPolicies and their bindings
+//! (`admissionregistration.k8s.io` v1, v1beta1 or v1alpha1, or kmutate's
+//! own CRDs in `kmutate.dev/v1`), the param objects of every `paramKind`
+//! in use, Namespaces and CustomResourceDefinitions (whose schemas serve
+//! ApplyConfiguration, refreshed as they change), each kept current by a `kube::runtime::watcher`
+//! (which relists after a 410 Gone and retries with backoff while the API
+//! server is unreachable; the stores keep their objects meanwhile).
+//!
+//! A policy that cannot be read or whose expressions do not compile is
+//! skipped, logged with its name and reason and counted among the load
+//! problems; the others serve. The source reports nothing until the
+//! policies, bindings, Namespaces and the params in use have been listed
+//! once, so `/readyz` turns ready only after the first full sync.
+
+use super::report::Reporter;
+use super::store::{text_at, ObjectStore};
+use super::{PolicyInputs, Snapshot, Source};
+use crate::api::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
+use crate::cel::CelEnvironment;
+use crate::dispatch::CompiledPolicy;
+use futures::StreamExt as _;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::Client;
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+/// The group of kmutate's own policy CRDs.
+pub const KMUTATE_GROUP: &str = "kmutate.dev";
+
+/// The policy APIs tried, newest first, when none is named.
+pub const POLICY_API_VERSIONS: [&str; 4] = [
+    "admissionregistration.k8s.io/v1",
+    "admissionregistration.k8s.io/v1beta1",
+    "admissionregistration.k8s.io/v1alpha1",
+    "kmutate.dev/v1",
+];
+
+/// Resource (plural) of the policies, in every group.
+pub const POLICIES: &str = "mutatingadmissionpolicies";
+/// Resource (plural) of the bindings, in every group.
+pub const BINDINGS: &str = "mutatingadmissionpolicybindings";
+
+/// How the API source is configured.
+#[derive(Clone, Debug, Default)]
+pub struct ApiConfig {
+    /// The client configuration (none: inferred from $KUBECONFIG,
+    /// ~/.kube/config or the in-cluster service account).
+    pub kube: Option<kube::Config>,
+    /// The policy API to watch (`group/version`); none: discovered.
+    pub policy_api_version: Option<String>,
+    /// Answer the CEL `authorizer` checks with SubjectAccessReviews.
+    pub subject_access_review: bool,
+}
+
+/// A problem of the API source.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The client could not be configured.
+    #[error("Kubernetes client: {0}")]
+    Client(String),
+    /// `--policy-api-version` names an API kmutate does not know.
+    #[error("policy API {0:?}: expected one of {list}", list = POLICY_API_VERSIONS.join(", "))]
+    UnknownPolicyApi(String),
+    /// Discovery failed or found no policy API.
+    #[error("discovery: {0}")]
+    Discovery(String),
+}
+
+/// A param watch, one per distinct paramKind.
+struct ParamWatch {
+    store: Arc<ObjectStore>,
+    task: JoinHandle<()>,
+}
+
+/// The policy inputs last built, and from what.
+struct Built {
+    generations: (u64, u64),
+    inputs: Arc<PolicyInputs>,
+    param_kinds: BTreeSet<(String, String)>,
+}
+
+/// Policies, bindings, params and Namespaces from the Kubernetes API.
+pub struct ApiSource {
+    client: Client,
+    changed: Arc<Notify>,
+    requested_api: Option<String>,
+    policies: Arc<ObjectStore>,
+    bindings: Arc<ObjectStore>,
+    namespaces: Arc<ObjectStore>,
+    /// CustomResourceDefinitions: resource names, scopes and schemas of
+    /// custom resources (ApplyConfiguration, param scopes).
+    crds: Arc<ObjectStore>,
+    params: Mutex<HashMap<(String, String), ParamWatch>>,
+    built: Mutex<Option<Built>>,
+    /// Reports verdicts on the objects.
+    reporter: Reporter,
+    /// Compile verdicts by (name, generation): problems, empty when good.
+    verdicts: Mutex<HashMap<(String, String), Vec<String>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ApiSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSource")
+            .field("policies", &self.policies.len())
+            .field("bindings", &self.bindings.len())
+            .field("namespaces", &self.namespaces.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The kube client of `config` (inferred when none).
+pub async fn client(config: Option<kube::Config>) -> Result<Client, ApiError> {
+    let config = match config {
+        Some(c) => c,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ApiError::Client(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(|e| ApiError::Client(e.to_string()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits between discovery attempts: 250 ms doubling to 30 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(250))
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(30));
+    }
+}
+
+impl ApiSource {
+    /// A source reading through `client`, poking `changed`; nothing runs
+    /// until [`ApiSource::start`].
+    pub fn new(
+        client: Client,
+        changed: Arc<Notify>,
+        policy_api_version: Option<String>,
+    ) -> Result<ApiSource, ApiError> {
+        if let Some(v) = &policy_api_version {
+            if !POLICY_API_VERSIONS.contains(&v.as_str()) {
+                return Err(ApiError::UnknownPolicyApi(v.clone()));
+            }
+        }
+        Ok(ApiSource {
+            client: client.clone(),
+            changed,
+            requested_api: policy_api_version,
+            policies: Arc::default(),
+            bindings: Arc::default(),
+            namespaces: Arc::default(),
+            crds: Arc::default(),
+            params: Mutex::default(),
+            built: Mutex::default(),
+            verdicts: Mutex::default(),
+            tasks: Mutex::default(),
+            reporter: Reporter::new(client.clone()),
+        })
+    }
+
+    /// Starts discovery and the watches.
+    pub fn start(self: &Arc<Self>) {
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            let mut backoff = Backoff::new();
+            let group_version = loop {
+                match discover_policy_api(&me.client, me.requested_api.as_deref()).await {
+                    Ok(gv) => break gv,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "policy API discovery failed; retrying");
+                        backoff.wait().await;
+                    }
+                }
+            };
+            tracing::info!(api = %group_version, "watching MutatingAdmissionPolicies and bindings");
+            let (group, version) = group_version
+                .split_once('/')
+                .unwrap_or(("", group_version.as_str()));
+            let resource = |kind: &str, plural: &str| {
+                ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(group, version, kind),
+                    plural,
+                )
+            };
+            let namespaces = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "Namespace"),
+                "namespaces",
+            );
+            let crds = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+                "customresourcedefinitions",
+            );
+            // CRDs are optional: without them (or the right to read them),
+            // custom resources get no schema, as from files without CRDs.
+            let policies = resource("MutatingAdmissionPolicy", POLICIES);
+            let bindings = resource("MutatingAdmissionPolicyBinding", BINDINGS);
+            let watches = [
+                (policies, me.policies.clone(), false),
+                (bindings, me.bindings.clone(), false),
+                (namespaces, me.namespaces.clone(), false),
+                (crds, me.crds.clone(), true),
+            ];
+            let mut tasks = Vec::new();
+            for (ar, store, optional) in watches {
+                tasks.push(tokio::spawn(run_watch(
+                    me.client.clone(),
+                    ar,
+                    store,
+                    me.changed.clone(),
+                    optional,
+                )));
+            }
+            lock(&me.tasks).extend(tasks);
+        });
+        lock(&self.tasks).push(task);
+    }
+
+    /// Stops every watch.
+    pub fn stop(&self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        for (_, w) in lock(&self.params).drain() {
+            w.task.abort();
+        }
+    }
+
+    /// Reads the policies and bindings (when they changed since the last
+    /// build), skipping those that cannot be read or compiled.
+    fn policy_inputs(&self) -> (Arc<PolicyInputs>, BTreeSet<(String, String)>) {
+        let generations = (self.policies.generation(), self.bindings.generation());
+        let mut built = lock(&self.built);
+        if let Some(b) = built.as_ref().filter(|b| b.generations == generations) {
+            return (b.inputs.clone(), b.param_kinds.clone());
+        }
+        let mut inputs = PolicyInputs::default();
+        let mut verdicts = lock(&self.verdicts);
+        let mut seen = BTreeSet::new();
+        for object in self.policies.objects() {
+            let (name, version) = name_and_version(&object);
+            let key = (name.clone(), version);
+            seen.insert(key.clone());
+            let fresh = !verdicts.contains_key(&key);
+            let converted = policy_from_json(&as_admission(&object), source_of(POLICIES, &name));
+            let problems = verdicts
+                .entry(key)
+                .or_insert_with(|| match &converted {
+                    Ok(policy) => compile_problems(policy),
+                    Err(e) => {
+                        tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
+                        vec![format!("policy {name:?} skipped: {e}")]
+                    }
+                })
+                .clone();
+            if fresh {
+                self.reporter.verdict(&object, POLICIES, &problems);
+            }
+            match converted {
+                Ok(policy) if problems.is_empty() => inputs.policies.push(policy),
+                _ => inputs.problems.extend(problems),
+            }
+        }
+        verdicts.retain(|k, _| seen.contains(k));
+        drop(verdicts);
+        for object in self.bindings.objects() {
+            let (name, _) = name_and_version(&object);
+            match binding_from_json(&as_admission(&object), source_of(BINDINGS, &name)) {
+                Ok(b) => inputs.bindings.push(b),
+                Err(e) => {
+                    tracing::debug!(binding = %name, reason = %e, "binding skipped: invalid");
+                    inputs
+                        .problems
+                        .push(format!("binding {name:?} skipped: {e}"));
+                }
+            }
+        }
+        let param_kinds = param_kinds(&inputs.policies, &inputs.bindings);
+        let inputs = Arc::new(inputs);
+        *built = Some(Built {
+            generations,
+            inputs: inputs.clone(),
+            param_kinds: param_kinds.clone(),
+        });
+        (inputs, param_kinds)
+    }
+
+    /// Starts a watch for each param kind newly in use, stops those no
+    /// longer used; returns the stores of the kinds in use.
+    fn param_stores(&self, kinds: &BTreeSet<(String, String)>) -> Vec<Arc<ObjectStore>> {
+        let mut params = lock(&self.params);
+        params.retain(|k, w| {
+            let keep = kinds.contains(k);
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+        for (api_version, kind) in kinds {
+            let key = (api_version.clone(), kind.clone());
+            if params.contains_key(&key) {
+                continue;
+            }
+            let store = Arc::new(ObjectStore::default());
+            let task = tokio::spawn(watch_params(
+                self.client.clone(),
+                api_version.clone(),
+                kind.clone(),
+                store.clone(),
+                self.changed.clone(),
+            ));
+            params.insert(key, ParamWatch { store, task });
+        }
+        params.values().map(|w| w.store.clone()).collect()
+    }
+}
+
+impl Drop for ApiSource {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Source for ApiSource {
+    fn snapshot(&self) -> Option<Snapshot> {
+        let stores = [&self.policies, &self.bindings, &self.namespaces, &self.crds];
+        if !stores.iter().all(|s| s.is_synced()) {
+            return None;
+        }
+        let (policies, kinds) = self.policy_inputs();
+        let params = self.param_stores(&kinds);
+        if !params.iter().all(|s| s.is_synced()) {
+            return None;
+        }
+        let mut objects = self.namespaces.objects();
+        objects.extend(self.crds.objects());
+        for store in params {
+            objects.extend(store.objects());
+        }
+        Some(Snapshot { policies, objects })
+    }
+}
+
+/// The name, and what changes when the spec does: the generation (which
+/// a status update leaves alone), else the resourceVersion.
+fn name_and_version(object: &Value) -> (String, String) {
+    let version = match object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+    {
+        Some(g) => format!("g{g}"),
+        None => format!("rv{}", text_at(object, "/metadata/resourceVersion")),
+    };
+    (text_at(object, "/metadata/name"), version)
+}
+
+fn source_of(resource: &str, name: &str) -> SourceRef {
+    SourceRef {
+        file: format!("{resource}/{name}"),
+        document: 0,
+    }
+}
+
+/// A kmutate.dev object read as the admissionregistration.k8s.io/v1 one
+/// (same schema); others unchanged.
+fn as_admission(object: &Value) -> Value {
+    let mut object = object.clone();
+    let group = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.split_once('/'))
+        .map(|(g, _)| g.to_string());
+    if group.as_deref() == Some(KMUTATE_GROUP) {
+        object["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+    }
+    object
+}
+
+fn compile_problems(policy: &Policy) -> Vec<String> {
+    let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy.clone());
+    if !errors.is_empty() {
+        let reason = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(policy = %policy.name, %reason, "policy skipped: does not compile");
+    }
+    errors
+        .iter()
+        .map(|e| format!("policy {:?} skipped: {e}", policy.name))
+        .collect()
+}
+
+/// The (apiVersion, kind) of the params some binding of a loaded policy uses.
+fn param_kinds(policies: &[Policy], bindings: &[Binding]) -> BTreeSet<(String, String)> {
+    policies
+        .iter()
+        .filter(|p| {
+            bindings
+                .iter()
+                .any(|b| b.policy_name == p.name && b.param_ref.is_some())
+        })
+        .filter_map(|p| p.param_kind.as_ref())
+        .map(|k| (k.api_version.clone(), k.kind.clone()))
+        .collect()
+}
+
+/// The first of the candidate policy APIs the server serves with both
+/// resources.
+pub async fn discover_policy_api(
+    client: &Client,
+    requested: Option<&str>,
+) -> Result<String, ApiError> {
+    let candidates: Vec<&str> = match requested {
+        Some(v) => vec![v],
+        None => POLICY_API_VERSIONS.to_vec(),
+    };
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| ApiError::Discovery(e.to_string()))?;
+    for gv in &candidates {
+        let Some((group, version)) = gv.split_once('/') else {
+            continue;
+        };
+        let served = groups
+            .groups
+            .iter()
+            .any(|g| g.name == group && g.versions.iter().any(|v| v.version == version));
+        if !served {
+            continue;
+        }
+        let resources = client
+            .list_api_group_resources(gv)
+            .await
+            .map_err(|e| ApiError::Discovery(e.to_string()))?;
+        let has = |plural: &str| resources.resources.iter().any(|r| r.name == plural);
+        if has(POLICIES) && has(BINDINGS) {
+            return Ok((*gv).to_string());
+        }
+    }
+    Err(ApiError::Discovery(format!(
+        "the server serves none of {}",
+        candidates.join(", ")
+    )))
+}
+
+/// The resource of `kind` in `api_version`, by discovery; `Ok(None)` when
+/// the server does not serve it.
+pub async fn discover_resource(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<Option<ApiResource>, kube::Error> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let list = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client.list_api_group_resources(api_version).await
+    };
+    let list = match list {
+        Ok(l) => l,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(list
+        .resources
+        .iter()
+        .find(|r| r.kind == kind && !r.name.contains('/'))
+        .map(|r| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &r.name)
+        }))
+}
+
+/// Watches one resource into `store`, forever, retrying with kube's
+/// default backoff. An `optional` store counts as synced once its first
+/// attempt failed, so that readiness does not wait for it.
+async fn run_watch(
+    client: Client,
+    resource: ApiResource,
+    store: Arc<ObjectStore>,
+    changed: Arc<Notify>,
+    optional: bool,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(e) => {
+                if store.apply(e, &resource) {
+                    changed.notify_one();
+                }
+            }
+            Err(e) => {
+                tracing::warn!(resource = %resource.plural, api = %resource.api_version, error = %e,
+                    "watch failed; keeping the objects seen, retrying with backoff");
+                if optional && !store.is_synced() {
+                    store.mark_synced();
+                    changed.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// Finds the resource of a param kind, then watches it. A kind the server
+/// does not serve counts as synced and empty (so that readiness does not
+/// wait for it) and is looked up again later.
+async fn watch_params(
+    client: Client,
+    api_version: String,
+    kind: String,
+    store: Arc<ObjectStore>,
+    changed: Arc<Notify>,
+) {
+    let mut backoff = Backoff::new();
+    let resource = loop {
+        match discover_resource(&client, &api_version, &kind).await {
+            Ok(Some(r)) => break r,
+            Ok(None) => {
+                tracing::warn!(api_version = %api_version, kind = %kind,
+                    "paramKind not served by the API server; its params are empty");
+                store.mark_synced();
+                changed.notify_one();
+            }
+            Err(e) => {
+                tracing::warn!(api_version = %api_version, kind = %kind, error = %e,
+                    "paramKind discovery failed; retrying");
+            }
+        }
+        backoff.wait().await;
+    };
+    tracing::info!(api_version = %api_version, kind = %kind, resource = %resource.plural, "watching params");
+    run_watch(client, resource, store, changed, false).await;
+}

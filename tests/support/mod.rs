@@ -1,0 +1,235 @@
+//! Helpers shared by the source tests: a runtime with a time limit, scratch
+//! folders, a started server and a client that sends ConfigMap CREATE
+//! reviews and reads back the labels the webhook's patch sets.
+
+#![allow(dead_code)]
+
+pub mod api;
+pub mod fake_api;
+
+use base64::Engine as _;
+use kmutate::webhook::client::{get_plain, Client, Connection};
+use kmutate::webhook::engine::EngineSources;
+use kmutate::webhook::tls;
+use kmutate::webhook::{start, ServeConfig, Server, TlsSource};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Runs `f` on a fresh runtime, failing the test past `limit`.
+pub fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(limit, f)
+            .await
+            .expect("test finished in time")
+    });
+    rt.shutdown_timeout(Duration::from_millis(100));
+}
+
+/// A fresh folder under the target directory for one test's files.
+pub fn scratch(group: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A server configuration on free 127.0.0.1 ports with a self-signed
+/// certificate in `dir/tls`.
+pub fn config(dir: &Path, sources: EngineSources) -> ServeConfig {
+    ServeConfig {
+        sources,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        tls: TlsSource::SelfSigned {
+            dir: dir.join("tls"),
+            names: Vec::new(),
+        },
+        ..ServeConfig::new()
+    }
+}
+
+/// Starts a server and waits (at most 30 s) until it is ready.
+pub async fn started(config: ServeConfig) -> Server {
+    let server = start(config).await.expect("server starts");
+    assert!(
+        server.wait_ready(Duration::from_secs(30)).await,
+        "policies load"
+    );
+    server
+}
+
+/// A connection to `server`.
+pub async fn connect(server: &Server) -> Connection {
+    let ca = server.ca_bundle().expect("self-signed CA");
+    let config = tls::client_config(ca, None, &[]).unwrap();
+    Client::new(server.addr(), "localhost", config, false)
+        .unwrap()
+        .connect()
+        .await
+        .expect("connects")
+}
+
+/// The metrics text.
+pub async fn metrics_text(server: &Server) -> String {
+    let r = get_plain(server.metrics_addr().unwrap(), "/metrics")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    r.text()
+}
+
+/// The value of the metric line starting with `prefix` (0 when absent).
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// What the webhook answered a ConfigMap CREATE.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// Whether the request was allowed.
+    pub allowed: bool,
+    /// The ConfigMap's labels after the patch.
+    pub labels: Value,
+    /// The whole response.
+    pub response: Value,
+}
+
+/// Sends a CREATE of ConfigMap `name` in `namespace` by `user`, returns the answer.
+pub async fn create_config_map(
+    conn: &mut Connection,
+    namespace: &str,
+    name: &str,
+    user: &str,
+) -> Answer {
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace}, "data": {"a": "b"}});
+    let gvk = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+    let gvr = json!({"group": "", "version": "v1", "resource": "configmaps"});
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "name": name, "namespace": namespace, "operation": "CREATE",
+            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "object": object, "oldObject": null, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }))
+    .unwrap();
+    let r = conn.post("/mutate", body).await.expect("answered");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let response = r.json().unwrap()["response"].clone();
+    let mut patched = object.clone();
+    if let Some(patch) = response.get("patch").and_then(Value::as_str) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut patched, &patch).unwrap();
+    }
+    Answer {
+        allowed: response["allowed"] == true,
+        labels: patched["metadata"]["labels"].clone(),
+        response,
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, for at most `limit`;
+/// returns the value and how long it took.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut check: F) -> Option<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some((v, started.elapsed()));
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A MutatingAdmissionPolicy (`api_version`) named `name` that sets label
+/// `key` of created ConfigMaps to the CEL expression `value`, with
+/// `param_kind` when given, and its binding (with `param_ref`).
+pub fn labelling_policy(
+    api_version: &str,
+    name: &str,
+    key: &str,
+    value: &str,
+    param_kind: Option<Value>,
+    param_ref: Option<Value>,
+) -> (Value, Value) {
+    let mut policy = json!({
+        "apiVersion": api_version,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"],
+            }]},
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": format!(
+                    "Object{{metadata: Object.metadata{{labels: {{{key:?}: {value}}}}}}}"
+                )},
+            }],
+        },
+    });
+    if let Some(kind) = param_kind {
+        policy["spec"]["paramKind"] = kind;
+    }
+    let mut binding = json!({
+        "apiVersion": api_version,
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name},
+    });
+    if let Some(r) = param_ref {
+        binding["spec"]["paramRef"] = r;
+    }
+    (policy, binding)
+}
+
+/// Sends ConfigMap CREATEs every 20 ms until the patched labels satisfy
+/// `want`, for at most `limit`; returns how long it took.
+pub async fn until_labels(
+    conn: &mut Connection,
+    namespace: &str,
+    limit: Duration,
+    want: impl Fn(&Value) -> bool,
+) -> Result<Duration, Answer> {
+    let started = Instant::now();
+    loop {
+        let a = create_config_map(conn, namespace, "cm", "alice").await;
+        if want(&a.labels) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > limit {
+            return Err(a);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
