@@ -23,9 +23,51 @@ pub(crate) fn collect_at(
     value: &Value,
     root: bool,
 ) -> Vec<String> {
+    // Nearly every object is clean: find that out without building a path
+    // per field, and build the paths (in decoding order) only for the rest.
+    if !any(schema, spec, value, root, 0) {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     walk(schema, spec, value, "", root, 0, &mut out);
     out
+}
+
+/// Whether [`walk`] would find anything, without paths or ordering.
+fn any(schema: &SchemaData, spec: &TypeSpec, v: &Value, root: bool, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let Some(atom) = schema.resolve(spec) else {
+        return false;
+    };
+    let atom = atom.deduce(Some(v));
+    match v {
+        Value::Object(m) => {
+            let Some(map) = &atom.map else {
+                return false;
+            };
+            m.iter().any(|(key, child)| {
+                if root && (key == "apiVersion" || key == "kind") {
+                    return false;
+                }
+                match map.def.field(key) {
+                    Some(f) => any(schema, &f.ty, child, false, depth + 1),
+                    None => match &map.def.element {
+                        Some(e) => any(schema, e, child, false, depth + 1),
+                        None => true,
+                    },
+                }
+            })
+        }
+        Value::Array(items) => match &atom.list {
+            Some(list) => items
+                .iter()
+                .any(|item| any(schema, &list.def.element, item, false, depth + 1)),
+            None => false,
+        },
+        _ => false,
+    }
 }
 
 fn walk(
