@@ -9,36 +9,18 @@ use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::tls::{self, CertFiles};
 use kmutate::webhook::{start, ServeConfig, Server, TlsSource};
 use serde_json::{json, Value};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs `f` on a fresh runtime, failing the test past `limit`; blocking
-/// evaluations still running at the end are abandoned, not awaited.
-fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(limit, f)
-            .await
-            .expect("test finished in time")
-    });
-    rt.shutdown_timeout(Duration::from_millis(100));
-}
+mod support;
+
+use support::run;
 
 /// A fresh folder under the target directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("webhook")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    support::scratch("webhook", name)
 }
 
 fn repo(path: &str) -> PathBuf {
