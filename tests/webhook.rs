@@ -575,6 +575,18 @@ fn a_certificate_replaced_on_disk_is_served_to_the_next_connection() {
     });
 }
 
+/// A client of `server` trusting `ca`, presenting `identity` if given; each
+/// has its own TLS session cache.
+fn tls_client(server: &Server, ca: &Path, identity: Option<&CertFiles>) -> Client {
+    Client::new(
+        server.addr(),
+        "localhost",
+        tls::client_config(ca, identity, &[]).unwrap(),
+        false,
+    )
+    .unwrap()
+}
+
 #[test]
 fn client_certificates_are_required_with_a_client_ca() {
     let dir = scratch("mtls");
@@ -594,13 +606,7 @@ fn client_certificates_are_required_with_a_client_ca() {
         let server = started(cfg).await;
         let ca = server.ca_bundle().unwrap().to_path_buf();
 
-        let anonymous = Client::new(
-            server.addr(),
-            "localhost",
-            tls::client_config(&ca, None, &[]).unwrap(),
-            false,
-        )
-        .unwrap();
+        let anonymous = tls_client(&server, &ca, None);
         let refused = match anonymous.connect().await {
             Err(_) => true,
             // TLS 1.3: the refusal may arrive with the first request.
@@ -608,15 +614,34 @@ fn client_certificates_are_required_with_a_client_ca() {
         };
         assert!(refused, "a client without a certificate is refused");
 
-        let known = Client::new(
-            server.addr(),
-            "localhost",
-            tls::client_config(&ca, Some(&id_files), &[]).unwrap(),
-            false,
-        )
-        .unwrap();
+        let known = tls_client(&server, &ca, Some(&id_files));
         let mut c = known.connect().await.unwrap();
         assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+
+        // The client CA rotates: the file is replaced (as a Secret volume
+        // swaps it), and the next handshakes trust the new CA alone.
+        let (new_ca, new_ca_pem) = tls::new_ca("clients-2").unwrap();
+        let rotated = tls::issue(&new_ca, "kube-apiserver", &[], false).unwrap();
+        let rotated_files = CertFiles {
+            cert: dir.join("client-2.crt"),
+            key: dir.join("client-2.key"),
+        };
+        std::fs::write(&rotated_files.cert, &rotated.cert_pem).unwrap();
+        std::fs::write(&rotated_files.key, &rotated.key_pem).unwrap();
+        let staged = dir.join("clients.crt.new");
+        std::fs::write(&staged, new_ca_pem).unwrap();
+        std::fs::rename(&staged, dir.join("clients.crt")).unwrap();
+        let rotated_client = tls_client(&server, &ca, Some(&rotated_files));
+        let mut c = rotated_client.connect().await.unwrap();
+        assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+        // A fresh client: one that resumes an earlier TLS session is not
+        // asked for its certificate again.
+        let old_identity = tls_client(&server, &ca, Some(&id_files));
+        let old_refused = match old_identity.connect().await {
+            Err(_) => true,
+            Ok(mut c) => c.get("/healthz").await.is_err(),
+        };
+        assert!(old_refused, "a certificate of the replaced CA is refused");
         server.shutdown().await;
     });
 }

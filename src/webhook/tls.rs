@@ -2,17 +2,21 @@
 //! ALPN `h2` and `http/1.1`; the serving certificate read from files and
 //! re-read when they change (cert-manager rotates them), or generated
 //! self-signed at start; client certificates required and verified when a
-//! client CA is given.
+//! client CA is given, its file re-read when it changes too.
 
 use super::metrics::Metrics;
 use anyhow::{anyhow, bail, Context as _, Result};
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::client::ClientConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -164,6 +168,119 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// A verifier of client certificates against the CAs of a file.
+fn client_verifier(
+    ca: &Path,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>> {
+    let mut roots = RootCertStore::empty();
+    for c in read_certs(ca)? {
+        roots.add(c).map_err(|e| anyhow!("{}: {e}", ca.display()))?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| anyhow!("client CA {}: {e}", ca.display()))
+}
+
+/// Client certificates verified against the CAs of a file, re-read when it
+/// changes (as the serving certificate is: the CA that signs
+/// kube-apiserver's client certificate rotates too). A file that does not
+/// load leaves the previous CAs in service.
+pub struct ReloadingClientVerifier {
+    ca: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<(Option<FileStamp>, Arc<dyn ClientCertVerifier>)>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl std::fmt::Debug for ReloadingClientVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingClientVerifier")
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
+
+impl ReloadingClientVerifier {
+    /// Loads the CAs of `ca` now (an error if they do not load).
+    pub fn new(
+        ca: &Path,
+        provider: Arc<CryptoProvider>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<ReloadingClientVerifier> {
+        let verifier = client_verifier(ca, &provider)?;
+        Ok(ReloadingClientVerifier {
+            ca: ca.to_path_buf(),
+            provider,
+            current: Mutex::new((stamp(ca), verifier)),
+            metrics,
+        })
+    }
+
+    /// The verifier of the file's current CAs.
+    fn current(&self) -> Arc<dyn ClientCertVerifier> {
+        let now = stamp(&self.ca);
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if now != current.0 {
+            current.0 = now;
+            let reloaded = client_verifier(&self.ca, &self.provider);
+            if let Some(m) = &self.metrics {
+                m.observe_cert_reload(reloaded.is_ok());
+            }
+            match reloaded {
+                Ok(v) => {
+                    current.1 = v;
+                    tracing::info!(client_ca = %self.ca.display(), "client CA reloaded");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "client CA not reloaded; keeping the previous one")
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+impl ClientCertVerifier for ReloadingClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // The hints would borrow from a verifier that may be replaced; an
+        // empty list lets the client send any certificate it has.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
 /// The server's TLS configuration.
 pub fn server_config(
     cert: Arc<ReloadingCert>,
@@ -173,16 +290,11 @@ pub fn server_config(
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match client_ca {
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for c in read_certs(ca)? {
-                roots.add(c).map_err(|e| anyhow!("{}: {e}", ca.display()))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| anyhow!("client CA {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(ca) => builder.with_client_cert_verifier(Arc::new(ReloadingClientVerifier::new(
+            ca,
+            provider,
+            cert.metrics.clone(),
+        )?)),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(cert);
