@@ -22,6 +22,9 @@ pub enum Access {
     Full,
     /// Only these fields are selected (each read as its own access says).
     Fields(BTreeMap<String, Access>),
+    /// Only iterated by comprehensions whose variable reads each element as
+    /// the inner access says (`containers.all(c, c.name != '')`).
+    Elements(Box<Access>),
 }
 
 impl Access {
@@ -47,22 +50,30 @@ impl Access {
                     mine.entry(field.clone()).or_default().merge(access);
                 }
             }
+            (Access::Elements(mine), Access::Elements(theirs)) => mine.merge(theirs),
+            // Read both as a map and as a list: whole.
+            (this, _) => *this = Access::Full,
         }
     }
 
-    /// Adds a read of the value at `path` (fields selected in order).
-    fn add_path(&mut self, path: &[&str]) {
+    /// Adds a read of the value at `path` (fields selected in order) as
+    /// `leaf` says.
+    fn add_at(&mut self, path: &[&str], leaf: &Access) {
         let Some((first, rest)) = path.split_first() else {
-            *self = Access::Full;
+            self.merge(leaf);
             return;
         };
         match self {
             Access::Full => {}
             Access::None => {
                 *self = Access::Fields(BTreeMap::new());
-                self.add_path(path);
+                self.add_at(path, leaf);
             }
-            Access::Fields(fields) => fields.entry(first.to_string()).or_default().add_path(rest),
+            Access::Fields(fields) => fields
+                .entry(first.to_string())
+                .or_default()
+                .add_at(rest, leaf),
+            Access::Elements(_) => *self = Access::Full,
         }
     }
 }
@@ -91,7 +102,7 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
             match &node.expr {
                 Expr::Ident(ident) if names(ident, name) => {
                     path.reverse();
-                    access.add_path(&path);
+                    access.add_at(&path, &Access::Full);
                 }
                 _ => visit(node, name, access),
             }
@@ -103,7 +114,55 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
         {
             *access = Access::Full
         }
+        Expr::Comprehension(c) if c.iter_var2.is_none() => {
+            let parts = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result];
+            match chain_path(&c.iter_range, name) {
+                // Iterating (a field of) the input: its elements are read as
+                // the iteration variable is.
+                Some(path) => {
+                    let mut elements = Access::None;
+                    for part in parts {
+                        visit(part, &c.iter_var, &mut elements);
+                    }
+                    access.add_at(&path, &Access::Elements(Box::new(elements)));
+                }
+                None => visit(&c.iter_range, name, access),
+            }
+            for part in parts {
+                visit(part, name, access);
+            }
+        }
         _ => super::for_each_child(e, &mut |child| visit(child, name, access)),
+    }
+}
+
+/// The fields selected from the variable `name` when `e` is such a chain
+/// (`name.a.b`, or `name` itself: no fields).
+fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
+    // A comprehension's range is wrapped to count the values it copies
+    // into the iteration variable (kmutate's allocation guard): with fewer
+    // values converted, fewer are copied.
+    let e = match &e.expr {
+        Expr::Call(call) if call.func_name == super::cost::ALLOC_FN && call.args.len() == 2 => {
+            &call.args[1]
+        }
+        _ => e,
+    };
+    let mut path = Vec::new();
+    let mut node = e;
+    while let Expr::Select(select) = &node.expr {
+        if select.test {
+            return None;
+        }
+        path.push(select.field.as_str());
+        node = &select.operand;
+    }
+    match &node.expr {
+        Expr::Ident(ident) if names(ident, name) => {
+            path.reverse();
+            Some(path)
+        }
+        _ => None,
     }
 }
 
@@ -130,7 +189,7 @@ mod tests {
     #[test]
     fn select_chains_give_paths() {
         assert_eq!(
-            access("object.spec.containers.map(c, c.image)"),
+            access("object.spec.containers"),
             fields(&[("spec", fields(&[("containers", Access::Full)]))])
         );
         assert_eq!(
@@ -152,6 +211,33 @@ mod tests {
         assert_eq!(access("object.?spec.orValue({}) == {}"), Access::Full);
         assert_eq!(access("[1].all(object, object > 0)"), Access::Full);
         assert_eq!(access("1 == 1"), Access::None);
+    }
+
+    #[test]
+    fn comprehensions_read_elements_as_their_variable_does() {
+        let elements = |inner: Access| Access::Elements(Box::new(inner));
+        assert_eq!(
+            access("object.spec.containers.all(c, c.name != '' && has(c.image))"),
+            fields(&[(
+                "spec",
+                fields(&[(
+                    "containers",
+                    elements(fields(&[("image", Access::Full), ("name", Access::Full)]))
+                )])
+            )])
+        );
+        // `filter` keeps whole elements.
+        assert_eq!(
+            access("object.spec.containers.filter(c, c.name == 'a')"),
+            fields(&[("spec", fields(&[("containers", elements(Access::Full))]))])
+        );
+        // Iterated and also read another way: whole.
+        assert_eq!(
+            access(
+                "object.spec.containers.all(c, c.name != '') && size(object.spec.containers) > 1"
+            ),
+            fields(&[("spec", fields(&[("containers", Access::Full)]))])
+        );
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub fn json_to_val_for<'a>(value: &'a Json, access: &Access) -> Box<dyn Val + 'a
             }
             Box::new(CelMap::from(out))
         }
+        (Json::Array(items), Access::Elements(inner)) => Box::new(CelList::from(
+            items
+                .iter()
+                .map(|item| json_to_val_for(item, inner))
+                .collect::<Vec<_>>(),
+        )),
         _ => json_to_val(value),
     }
 }

@@ -71,7 +71,7 @@ const REGEX_STRING_LENGTH: f64 = 0.25;
 /// `(n, x)`: charges `n`, returns `x`.
 const CHARGE_FN: &str = "@kcost";
 /// `(n, x)`: charges `n` and the values of `x` to the allocation guard.
-const ALLOC_FN: &str = "@kcost_alloc";
+pub(crate) const ALLOC_FN: &str = "@kcost_alloc";
 /// `(n, x)`: charges `n` and the size of `x` (a copied accumulator).
 const GROWTH_FN: &str = "@kcost_growth";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
