@@ -23,6 +23,16 @@ fn scratch(name: &str) -> PathBuf {
     support::scratch("webhook", name)
 }
 
+/// A server on the tests' example policies and bindings.
+async fn started_on_fixture(dir: &Path) -> Server {
+    started(config(
+        dir,
+        vec![fixture("policies")],
+        vec![fixture("bindings")],
+    ))
+    .await
+}
+
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -154,12 +164,7 @@ fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
 fn deployment_create_gets_the_expected_patch() {
     let dir = scratch("deployment");
     run(Duration::from_secs(60), async {
-        let server = started(config(
-            &dir,
-            vec![fixture("policies")],
-            vec![fixture("bindings")],
-        ))
-        .await;
+        let server = started_on_fixture(&dir).await;
         let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
         let deployment = kmutate::api::load::parse_documents(&text)
             .unwrap()
@@ -245,12 +250,7 @@ fn deployment_create_gets_the_expected_patch() {
 fn unmatched_request_gets_no_patch_and_no_evaluation() {
     let dir = scratch("unmatched");
     run(Duration::from_secs(60), async {
-        let server = started(config(
-            &dir,
-            vec![fixture("policies")],
-            vec![fixture("bindings")],
-        ))
-        .await;
+        let server = started_on_fixture(&dir).await;
         let mut conn = connect(&server).await;
         let cm = config_map("settings");
         let r = conn
@@ -430,12 +430,7 @@ fn failing_policy_denies_with_fail_and_admits_with_ignore() {
 fn bad_bodies_are_refused_and_the_server_keeps_serving() {
     let dir = scratch("bad-bodies");
     run(Duration::from_secs(60), async {
-        let server = started(config(
-            &dir,
-            vec![fixture("policies")],
-            vec![fixture("bindings")],
-        ))
-        .await;
+        let server = started_on_fixture(&dir).await;
         let mut conn = connect(&server).await;
 
         let r = conn.post("/mutate", "{\"apiVersion\": ").await.unwrap();

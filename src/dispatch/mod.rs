@@ -623,26 +623,23 @@ impl PolicySet {
                     continue;
                 }
             }
+            let inputs = InvocationInputs {
+                env: &self.env,
+                old_object,
+                request: request_json.as_ref(),
+                params: param.as_ref().unwrap_or(&null),
+                namespace_object: &namespace_object,
+                authorizer: ctx.authorizer,
+                attrs: &state.attrs,
+                variables: &compiled.variables,
+            };
 
             // Upstream matchconditions.Matcher: any false skips the policy;
             // an error counts only when no condition is false.
             if !compiled.match_conditions.is_empty() {
-                let act = Activation::new(
-                    &self.env,
-                    json_inputs(
-                        [
-                            &versioned,
-                            old_object,
-                            request_json.as_ref(),
-                            param.as_ref().unwrap_or(&null),
-                            &namespace_object,
-                        ],
-                        &compiled.match_access,
-                    ),
-                    authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
-                    &compiled.variables,
-                )
-                .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
+                let act = inputs
+                    .activation(&versioned, &compiled.match_access)
+                    .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
                 let mut first_error: Option<String> = None;
                 let mut skip = false;
                 let mut false_condition = "";
@@ -737,21 +734,7 @@ impl PolicySet {
                     }
                 };
                 let result = {
-                    let act = Activation::new(
-                        &self.env,
-                        json_inputs(
-                            [
-                                &versioned,
-                                old_object,
-                                request_json.as_ref(),
-                                param.as_ref().unwrap_or(&null),
-                                &namespace_object,
-                            ],
-                            &compiled.mutation_access[index],
-                        ),
-                        authz::activation_inputs(ctx.authorizer, &state.attrs).into(),
-                        &compiled.variables,
-                    );
+                    let act = inputs.activation(&versioned, &compiled.mutation_access[index]);
                     act.evaluate(expr, |v| match patch_type {
                         PatchType::ApplyConfiguration => apply_configuration_value(v),
                         PatchType::JsonPatch => json_patch_value(v),
@@ -842,18 +825,42 @@ struct AdmissionState<'o> {
     checks: ObjectChecks,
 }
 
-/// The JSON inputs of an activation, in [`JSON_INPUTS`] order, each with
-/// what its expressions can observe of it.
-fn json_inputs<'x>(
-    inputs: [&'x Json; 5],
-    access: &'x InputAccess,
-) -> Vec<(&'static str, &'x Json, &'x Access)> {
-    JSON_INPUTS
-        .into_iter()
-        .zip(inputs)
-        .zip(&access.0)
-        .map(|((name, json), access)| (name, json, access))
-        .collect()
+/// The inputs of an invocation besides the object, which changes with each
+/// mutation.
+struct InvocationInputs<'x> {
+    env: &'x CelEnvironment,
+    old_object: &'x Json,
+    request: &'x Json,
+    params: &'x Json,
+    namespace_object: &'x Json,
+    authorizer: &'x dyn Authorizer,
+    attrs: &'x AdmissionRequest,
+    variables: &'x [CompiledVariable],
+}
+
+impl<'x> InvocationInputs<'x> {
+    /// An activation over `object` and these inputs, each JSON input
+    /// converted as far as `access` says its expressions can observe it.
+    fn activation<'y>(&'y self, object: &'y Json, access: &'y InputAccess) -> Activation<'y> {
+        let json = [
+            object,
+            self.old_object,
+            self.request,
+            self.params,
+            self.namespace_object,
+        ];
+        Activation::new(
+            self.env,
+            JSON_INPUTS
+                .into_iter()
+                .zip(json)
+                .zip(&access.0)
+                .map(|((name, json), access)| (name, json, access))
+                .collect(),
+            authz::activation_inputs(self.authorizer, self.attrs).into(),
+            self.variables,
+        )
+    }
 }
 
 /// Whether the request already names the matched kind and resource.

@@ -174,19 +174,7 @@ impl Connection {
                 s.send_request(req).await?
             }
         };
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(hyper::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok(Response {
-            status,
-            content_type,
-            body,
-        })
+        Response::read(response).await
     }
 
     /// POSTs `body` to `path`.
@@ -223,17 +211,24 @@ pub async fn get_plain(addr: SocketAddr, path: &str) -> Result<Response> {
         .header(hyper::header::HOST, addr.to_string())
         .body(Full::new(Bytes::new()))?;
     let response = sender.send_request(req).await?;
-    let status = response.status();
-    let content_type = response
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let body = response.into_body().collect().await?.to_bytes();
-    Ok(Response {
-        status,
-        content_type,
-        body,
-    })
+    Response::read(response).await
+}
+
+impl Response {
+    /// Reads a whole answer: status, content type and body.
+    async fn read(response: hyper::Response<hyper::body::Incoming>) -> Result<Response> {
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok(Response {
+            status,
+            content_type,
+            body,
+        })
+    }
 }
