@@ -19,7 +19,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 # Cache mounts keep the registry and the target directory between builds; the
 # binary is copied out of the cached target directory, and its DWARF debug info
-# (the release profile keeps some for profiling) stripped; symbols stay, so
+# (the release profile keeps line tables for profiling) stripped; symbols stay, so
 # panics still print readable backtraces.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
