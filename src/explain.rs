@@ -293,6 +293,10 @@ impl ExplainObserver {
 }
 
 impl AdmissionObserver for ExplainObserver {
+    fn wants_steps(&self) -> bool {
+        true
+    }
+
     fn mutation_step(&self, step: &MutationStep<'_>) {
         let (changes, error) = match step.after {
             Ok(after) => (field_changes(step.before, after, step.schema), None),

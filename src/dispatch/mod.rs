@@ -18,7 +18,7 @@ use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression};
 use crate::matching::{self, ResourceTable};
-use crate::mutation::apply_configuration::apply_configuration_to;
+use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
@@ -266,8 +266,15 @@ pub trait AdmissionObserver {
     fn reinvocation(&self) {}
 
     /// What one mutation did, with the object before and after it (for
-    /// `kmutate apply -o explain`); called right after [`AdmissionObserver::mutation`].
+    /// `kmutate apply -o explain`); called right after [`AdmissionObserver::mutation`],
+    /// only when [`AdmissionObserver::wants_steps`] says so.
     fn mutation_step(&self, _step: &MutationStep<'_>) {}
+
+    /// Whether [`AdmissionObserver::mutation_step`] is wanted: it costs a copy
+    /// of the object per mutation, since mutations otherwise change it in place.
+    fn wants_steps(&self) -> bool {
+        false
+    }
 
     /// A matched binding's invocation ran no mutation (for `kmutate apply -o explain`).
     fn invocation_skipped(
@@ -711,24 +718,27 @@ impl PolicySet {
             let observer = state.observer;
             for (index, (patch_type, expr)) in compiled.mutations.iter().enumerate() {
                 let started = std::time::Instant::now();
-                let observe = |after: Result<&Json, &str>| {
+                let before = observer.wants_steps().then(|| versioned.clone());
+                let observe = |current: &Json, after: Result<&Json, &str>| {
                     let elapsed = started.elapsed();
                     observer.mutation(&policy.name, &binding.name, elapsed, after.err());
-                    observer.mutation_step(&MutationStep {
-                        policy: &policy.name,
-                        binding: &binding.name,
-                        param: param.as_ref(),
-                        index,
-                        patch_type: *patch_type,
-                        schema: schema.as_ref(),
-                        before: &versioned,
-                        after,
-                    });
+                    if let Some(before) = &before {
+                        observer.mutation_step(&MutationStep {
+                            policy: &policy.name,
+                            binding: &binding.name,
+                            param: param.as_ref(),
+                            index,
+                            patch_type: *patch_type,
+                            schema: schema.as_ref(),
+                            before,
+                            after: after.map(|_| current),
+                        });
+                    }
                 };
                 let expr = match expr {
                     Ok(e) => e,
                     Err(e) => {
-                        observe(Err(e));
+                        observe(&versioned, Err(e));
                         state.errors.push(error(e.clone()));
                         continue;
                     }
@@ -757,28 +767,24 @@ impl PolicySet {
                             gvk_string(&matched.gvk)
                         ),
                     };
-                    observe(Err(&status.message));
+                    observe(&versioned, Err(&status.message));
                     outcome = Err(status);
                     break;
                 };
                 match result
                     .map_err(StepError::Policy)
-                    .and_then(|m| apply_mutation(&versioned, m, schema, &mut state.checks))
+                    .and_then(|m| apply_mutation(&mut versioned, m, schema, &mut state.checks))
                 {
-                    Ok(Some(v)) => {
-                        observe(Ok(&v));
-                        if v != versioned {
-                            invocation_changed = true;
-                            versioned = v;
-                        }
+                    Ok(changed) => {
+                        observe(&versioned, Ok(&versioned));
+                        invocation_changed |= changed;
                     }
-                    Ok(None) => observe(Ok(&versioned)),
                     Err(StepError::Policy(e)) => {
-                        observe(Err(&e));
+                        observe(&versioned, Err(&e));
                         state.errors.push(error(e))
                     }
                     Err(StepError::Status(st)) => {
-                        observe(Err(&st.message));
+                        observe(&versioned, Err(&st.message));
                         outcome = Err(st);
                         break;
                     }
@@ -868,27 +874,31 @@ fn request_matches(request: &AdmissionRequest, matched: &matching::MatchedAs) ->
     request.kind == matched.gvk && request.resource == matched.gvr
 }
 
-/// Applies one mutation's value to `object`: `Some(new)` when it produced an
-/// object, `None` for a no-op (a failed JSON patch `test`).
+/// Applies one mutation's value to `object`, which it leaves untouched on an
+/// error; whether the object changed (a failed JSON patch `test` is a no-op).
 fn apply_mutation(
-    object: &Json,
+    object: &mut Json,
     value: MutationValue,
     schema: &crate::schema::TypeRef,
     checks: &mut ObjectChecks,
-) -> Result<Option<Json>, StepError> {
+) -> Result<bool, StepError> {
     match value {
         MutationValue::Apply(patch) => {
             let live = checks.live(schema);
-            let merged = apply_configuration_to(object, live, &patch, schema)
+            let changed = apply_configuration_in_place(object, live, &patch, schema)
                 .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema, &patch);
-            Ok(Some(merged))
+            Ok(changed)
         }
         MutationValue::Patch(ops) => match apply_patch(object, &ops) {
             Ok(v) => {
                 let unknown = checks.strict_errors(schema, &ops, &v);
                 if unknown.is_empty() {
-                    Ok(Some(v))
+                    let changed = v != *object;
+                    if changed {
+                        *object = v;
+                    }
+                    Ok(changed)
                 } else {
                     let fields: Vec<String> = unknown
                         .iter()
@@ -903,7 +913,7 @@ fn apply_mutation(
                     }))
                 }
             }
-            Err(JsonPatchError::TestFailed { .. }) => Ok(None),
+            Err(JsonPatchError::TestFailed { .. }) => Ok(false),
             Err(JsonPatchError::Panic { .. }) => Err(StepError::Status(StatusError {
                 code: 500,
                 message: "This request caused apiserver to panic. Look in the logs for details."

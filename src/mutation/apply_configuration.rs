@@ -82,6 +82,24 @@ pub fn apply_configuration_to(
     patch: &Value,
     ty: &TypeRef,
 ) -> Result<Value, ApplyError> {
+    let mut merged = live.clone();
+    apply_configuration_in_place(&mut merged, known, patch, ty)?;
+    Ok(merged)
+}
+
+/// [`apply_configuration_to`] on the object itself: `live` becomes the
+/// merged object, and the answer says whether it changed. On an error
+/// `live` is untouched: every error is found before anything is written.
+///
+/// Only the subtrees the patch reaches are rebuilt; the rest of the object is
+/// neither copied nor compared, which is what makes a small patch on a large
+/// object cheap.
+pub fn apply_configuration_in_place(
+    live: &mut Value,
+    known: LiveObject,
+    patch: &Value,
+    ty: &TypeRef,
+) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
     let mut patch = patch.clone();
     if let Value::Object(p) = &mut patch {
@@ -123,16 +141,71 @@ pub fn apply_configuration_to(
     }
 
     let merger = Merger { schema };
-    let (out, errs) = merger.merge(&ty.spec, Some(live), Some(&patch), 0);
+    let (change, errs) = merger.plan(&ty.spec, live, &patch, 0);
     if !errs.is_empty() {
         return Err(ApplyError::Merge(ValidationErrors(errs)));
     }
-    match out {
-        Some(v @ Value::Object(_)) => Ok(v),
-        Some(other) => Err(ApplyError::ToObject(
-            crate::gofmt::type_name(&other).to_string(),
+    match change {
+        Change::Set(v) if !v.is_object() => Err(ApplyError::ToObject(
+            crate::gofmt::type_name(&v).to_string(),
         )),
-        None => Err(ApplyError::ToObject("<nil>".to_string())),
+        Change::Remove => Err(ApplyError::ToObject("<nil>".to_string())),
+        change => Ok(change.apply(live)),
+    }
+}
+
+/// What a merge does to one subtree of the object, found before anything is
+/// written so that a failing merge leaves the object as it was.
+#[derive(Debug)]
+enum Change {
+    /// The subtree becomes this value.
+    Set(Value),
+    /// The subtree goes (the merge of a map left nothing in it).
+    Remove,
+    /// A granular map whose listed fields change, in the order the merge
+    /// visits them (the object's keys, then the new ones); the other fields
+    /// stay as they are.
+    Fields(Vec<(String, Change)>),
+}
+
+impl Change {
+    /// Writes the change into `target`; whether its value changed.
+    fn apply(self, target: &mut Value) -> bool {
+        match self {
+            Change::Set(v) => {
+                if *target == v {
+                    false
+                } else {
+                    *target = v;
+                    true
+                }
+            }
+            // Only planned below a map, where the map removes the key.
+            Change::Remove => false,
+            Change::Fields(fields) => {
+                let Value::Object(map) = target else {
+                    // Planned only for a map.
+                    return false;
+                };
+                let mut changed = false;
+                for (key, change) in fields {
+                    match (change, map.get_mut(&key)) {
+                        (Change::Remove, Some(_)) => {
+                            map.shift_remove(&key);
+                            changed = true;
+                        }
+                        (Change::Remove, None) => {}
+                        (change, Some(field)) => changed |= change.apply(field),
+                        (Change::Set(v), None) => {
+                            map.insert(key, v);
+                            changed = true;
+                        }
+                        (Change::Fields(_), None) => {}
+                    }
+                }
+                changed
+            }
+        }
     }
 }
 
@@ -192,6 +265,77 @@ struct Merger<'a> {
 }
 
 impl Merger<'_> {
+    /// The change [`Merger::merge`] of `lhs` and `rhs` makes to `lhs`, with
+    /// its errors (in `merge`'s order). Granular maps present on both sides
+    /// are walked key by key so that fields the patch does not name are
+    /// left out of the change; anything else is merged as `merge` does it.
+    fn plan(
+        &self,
+        spec: &TypeSpec,
+        lhs: &Value,
+        rhs: &Value,
+        depth: usize,
+    ) -> (Change, Vec<ValidationError>) {
+        if let (Value::Object(lmap), Value::Object(rmap)) = (lhs, rhs) {
+            // An empty object map merges through `leaf` in `merge_map`.
+            if depth <= MAX_DEPTH && !lmap.is_empty() {
+                if let Some(atom) = self.schema.resolve(spec) {
+                    let arhs = atom.deduce(Some(rhs));
+                    if let Some(map) = &arhs.map {
+                        if map.relationship != Some(Relationship::Atomic)
+                            && atom.deduce(Some(lhs)).same_members(&arhs)
+                        {
+                            return self.plan_map(map, lmap, rmap, depth);
+                        }
+                    }
+                }
+            }
+        }
+        let (merged, errs) = self.merge(spec, Some(lhs), Some(rhs), depth);
+        (merged.map_or(Change::Remove, Change::Set), errs)
+    }
+
+    /// [`Merger::merge_map`] as a change to the non-empty `lmap`.
+    fn plan_map(
+        &self,
+        map: &MapView,
+        lmap: &Map<String, Value>,
+        rmap: &Map<String, Value>,
+        depth: usize,
+    ) -> (Change, Vec<ValidationError>) {
+        let mut fields = Vec::new();
+        let mut errs = Vec::new();
+        // How many keys the merged map has: `merge_map` drops an empty one.
+        let mut kept = lmap.len();
+        let fallback = TypeSpec::Inline(Atom::default());
+        for (key, l) in lmap {
+            if let Some(r) = rmap.get(key) {
+                let (change, e) = self.plan(field_spec(map, key, &fallback), l, r, depth + 1);
+                errs.extend(with_prefix(e, &format!(".{key}")));
+                if matches!(change, Change::Remove) {
+                    kept -= 1;
+                }
+                fields.push((key.clone(), change));
+            }
+        }
+        for (key, r) in rmap {
+            if !lmap.contains_key(key) {
+                let ty = field_spec(map, key, &fallback);
+                let (v, e) = self.merge(ty, None, Some(r), depth + 1);
+                errs.extend(with_prefix(e, &format!(".{key}")));
+                if let Some(v) = v {
+                    kept += 1;
+                    fields.push((key.clone(), Change::Set(v)));
+                }
+            }
+        }
+        if kept == 0 {
+            (Change::Remove, errs)
+        } else {
+            (Change::Fields(fields), errs)
+        }
+    }
+
     fn merge(
         &self,
         spec: &TypeSpec,
@@ -280,19 +424,9 @@ impl Merger<'_> {
         }
         let mut out = Map::new();
         let mut errs = Vec::new();
+        let fallback = TypeSpec::Inline(Atom::default());
         let mut item = |key: &String, l: Option<&Value>, r: Option<&Value>| {
-            let fallback;
-            let ty = match map.def.field(key) {
-                Some(f) => &f.ty,
-                None => match &map.def.element {
-                    Some(e) => e,
-                    None => {
-                        fallback = TypeSpec::Inline(Atom::default());
-                        &fallback
-                    }
-                },
-            };
-            let (v, e) = self.merge(ty, l, r, depth + 1);
+            let (v, e) = self.merge(field_spec(map, key, &fallback), l, r, depth + 1);
             errs.extend(with_prefix(e, &format!(".{key}")));
             if let Some(v) = v {
                 out.insert(key.clone(), v);
@@ -459,6 +593,15 @@ impl Merger<'_> {
 }
 
 /// SMD `doLeaf` with `ruleKeepRHS`: the applied value, else the object's.
+/// The type of a map's field `key`: its declared field, else the map's
+/// element type, else `fallback` (an untyped value).
+fn field_spec<'m>(map: &'m MapView, key: &str, fallback: &'m TypeSpec) -> &'m TypeSpec {
+    match map.def.field(key) {
+        Some(f) => &f.ty,
+        None => map.def.element.as_ref().unwrap_or(fallback),
+    }
+}
+
 fn leaf(lhs: Option<&Value>, rhs: Option<&Value>) -> Merged {
     (rhs.or(lhs).cloned(), Vec::new())
 }
@@ -877,6 +1020,39 @@ mod tests {
         assert!(got == live);
     }
 
+    #[test]
+    fn in_place_merge_reports_change_and_keeps_object_on_error() {
+        let ty = kind("apps", "v1", "Deployment");
+        let live =
+            deployment(json!({"replicas": 1, "template": {"metadata": {"labels": {"a": "1"}}}}));
+        // Restating what the object has changes nothing.
+        let mut object = live.clone();
+        let same =
+            json!({"spec": {"replicas": 1, "template": {"metadata": {"labels": {"a": "1"}}}}});
+        assert_eq!(
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &same, &ty),
+            Ok(false)
+        );
+        assert_eq!(object, live);
+        // A new label lands after the existing one; untouched fields stay.
+        let add = json!({"spec": {"template": {"metadata": {"labels": {"b": "2"}}}}});
+        assert_eq!(
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &add, &ty),
+            Ok(true)
+        );
+        assert_eq!(
+            serde_json::to_string(&object["spec"]).unwrap(),
+            r#"{"replicas":1,"template":{"metadata":{"labels":{"a":"1","b":"2"}}}}"#
+        );
+        // A failing merge leaves the object as it was.
+        let before = object.clone();
+        let bad = json!({"spec": {"replicas": "three", "paused": true}});
+        assert!(
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &bad, &ty).is_err()
+        );
+        assert_eq!(object, before);
+    }
+
     // --- structured-merge-diff typed/merge_test.go TestMerge triplets ---
 
     /// TypedValue.Merge as the SMD test harness runs it: lhs validated with
@@ -886,9 +1062,24 @@ mod tests {
         assert!(errs.is_empty(), "lhs {lhs}: {errs:?}");
         let errs = typed::validate(&ty.schema, &ty.spec, rhs, false);
         assert!(errs.is_empty(), "rhs {rhs}: {errs:?}");
-        let (out, errs) = Merger { schema: &ty.schema }.merge(&ty.spec, Some(lhs), Some(rhs), 0);
+        let merger = Merger { schema: &ty.schema };
+        let (out, errs) = merger.merge(&ty.spec, Some(lhs), Some(rhs), 0);
         assert!(errs.is_empty(), "merge {lhs} {rhs}: {errs:?}");
-        out.unwrap_or(Value::Null)
+        let out = out.unwrap_or(Value::Null);
+        // The in-place merge the dispatcher uses gives the same object.
+        let (change, errs) = merger.plan(&ty.spec, lhs, rhs, 0);
+        assert!(errs.is_empty(), "plan {lhs} {rhs}: {errs:?}");
+        let mut in_place = lhs.clone();
+        let changed = match change {
+            Change::Remove => {
+                in_place = Value::Null;
+                true
+            }
+            change => change.apply(&mut in_place),
+        };
+        assert_eq!(in_place, out, "in place: lhs {lhs} rhs {rhs}");
+        assert_eq!(changed, out != *lhs, "changed: lhs {lhs} rhs {rhs}");
+        out
     }
 
     fn run_triplets(ty: &TypeRef, triplets: &[(&str, &str, &str)]) {
