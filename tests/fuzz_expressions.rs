@@ -4,7 +4,7 @@
 //! their cost limit: an evaluation that stops for its cost fails with the
 //! cost error, and one that succeeds stayed within the limit.
 
-use kmutate::cel::access::Access;
+use kmutate::cel::access::{activation_access, Access};
 use kmutate::cel::convert::val_to_json;
 use kmutate::cel::cost::COST_LIMIT_EXCEEDED;
 use kmutate::cel::{error_text, CelEnvironment};
@@ -206,6 +206,11 @@ const EDGES: &[&str] = &[
     "!variables.name",
     "object.metadata.name + variables.name",
     "object.spec.template.spec.containers.map(c, c.name)",
+    "variables.kept.map(c, c.image)",
+    "variables.kept.all(c, has(c.ports))",
+    "variables.kept.filter(c, c.image != '').map(c, c.ports)",
+    "variables.spec.replicas + size(variables.kept[1])",
+    "variables.either.name",
     "object.spec.template.spec.containers.exists_one(c, c.name == 'app')",
     "object.metadata.labels.all(k, v, k != v)",
     "object.metadata.labels.map(k, object.metadata.labels[k])",
@@ -239,6 +244,12 @@ const ATTRIBUTES: &[&str] = &[
     "variables.doubled",
     "variables.broken",
     "variables.missing",
+    "variables.kept",
+    "variables.kept[0]",
+    "variables.kept[0].image",
+    "variables.spec",
+    "variables.spec.template",
+    "variables.either",
     "undeclared",
 ];
 
@@ -625,6 +636,17 @@ fn variables(env: &CelEnvironment) -> Vec<CompiledVariable> {
         ("name", "object.metadata.name"),
         ("doubled", "variables.list.map(x, x * 2)"),
         ("broken", "1 / 0"),
+        // Values built from the object, read only partly by their readers:
+        // converted only as far as those readers look.
+        (
+            "kept",
+            "object.spec.template.spec.containers.filter(c, c.name != 'x')",
+        ),
+        ("spec", "object.spec"),
+        (
+            "either",
+            "has(object.spec.replicas) ? object.spec : object.metadata",
+        ),
     ]
     .into_iter()
     .map(|(name, src)| CompiledVariable {
@@ -752,15 +774,13 @@ fn fuzz() {
             ("params", &null),
             ("namespaceObject", &namespace),
         ];
+        let var_asts: Vec<_> = vars
+            .iter()
+            .filter_map(|v| Some((v.name.as_str(), v.expression.as_ref().ok()?.ast())))
+            .collect();
         let accesses: Vec<Access> = inputs
             .iter()
-            .map(|(name, _)| {
-                let mut access = Access::of(expr.ast(), name);
-                for v in vars.iter().filter_map(|v| v.expression.as_ref().ok()) {
-                    access.merge(&Access::of(v.ast(), name));
-                }
-                access
-            })
+            .map(|(name, _)| activation_access(&[expr.ast()], &var_asts, name))
             .collect();
         let act = Activation::new(
             &env,

@@ -9,7 +9,7 @@
 //! only selects known fields from answers those selections exactly as the
 //! whole map would.
 
-use cel::common::ast::{Expr, IdedExpr};
+use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, LiteralValue};
 use std::collections::BTreeMap;
 
 /// The part of one input an expression (or a set of them) can observe.
@@ -33,6 +33,35 @@ impl Access {
         let mut access = Access::None;
         visit(ast, name, &mut access);
         access
+    }
+
+    /// What `ast` can observe of `name` when the value of `ast` is itself
+    /// observed only as `result` says (a policy variable whose readers
+    /// select a few fields of it): a part of `name` that becomes the result
+    /// unchanged (`object.spec`, or the elements a `filter` keeps) is read
+    /// as the result is.
+    pub fn of_read_as(ast: &IdedExpr, name: &str, result: &Access) -> Access {
+        let mut access = Access::None;
+        visit_result(ast, name, &mut access, result);
+        access
+    }
+
+    /// What is read of the field `field` of a value read as `self` says.
+    pub fn field(&self, field: &str) -> Access {
+        match self {
+            Access::None => Access::None,
+            Access::Fields(fields) => fields.get(field).cloned().unwrap_or_default(),
+            Access::Full | Access::Elements(_) => Access::Full,
+        }
+    }
+
+    /// What is read of each element of a list read as `self` says.
+    fn element(&self) -> Access {
+        match self {
+            Access::None => Access::None,
+            Access::Elements(inner) => (**inner).clone(),
+            Access::Full | Access::Fields(_) => Access::Full,
+        }
     }
 
     /// Whether nothing is read.
@@ -136,6 +165,115 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
     }
 }
 
+/// What the expressions of one activation, and the policy variables
+/// (name, expression) they may evaluate, can observe of the input `name`.
+/// A variable's own value is read only as the expressions and the other
+/// variables read `variables.<its name>`.
+pub fn activation_access(
+    expressions: &[&IdedExpr],
+    variables: &[(&str, &IdedExpr)],
+    name: &str,
+) -> Access {
+    let mut variables_read = Access::None;
+    for e in expressions.iter().chain(variables.iter().map(|(_, e)| e)) {
+        variables_read.merge(&Access::of(e, "variables"));
+    }
+    let mut access = Access::None;
+    for e in expressions {
+        access.merge(&Access::of(e, name));
+    }
+    for (variable, e) in variables {
+        access.merge(&Access::of_read_as(
+            e,
+            name,
+            &variables_read.field(variable),
+        ));
+    }
+    access
+}
+
+/// [`visit`] for an expression whose value is observed as `result` says.
+fn visit_result(e: &IdedExpr, name: &str, access: &mut Access, result: &Access) {
+    if matches!(result, Access::Full) || matches!(access, Access::Full) {
+        return visit(e, name, access);
+    }
+    match &e.expr {
+        Expr::Ident(ident) if names(ident, name) => access.merge(result),
+        Expr::Select(select) if !select.test => match chain_path(e, name) {
+            Some(path) => access.add_at(&path, result),
+            None => visit(e, name, access),
+        },
+        Expr::Call(call) if call.func_name == "_?_:_" && call.args.len() == 3 => {
+            visit(&call.args[0], name, access);
+            visit_result(&call.args[1], name, access, result);
+            visit_result(&call.args[2], name, access, result);
+        }
+        Expr::Comprehension(c)
+            if c.iter_var != name && c.accu_var != name && c.iter_var2.is_none() =>
+        {
+            match (filter_parts(c), chain_path(&c.iter_range, name)) {
+                // `name.path.filter(x, cond)`: the kept elements are read as
+                // the result's elements are, and as `cond` reads `x`.
+                (Some((cond, kept)), Some(path)) if is_ident(kept, &c.iter_var) => {
+                    let mut elements = result.element();
+                    visit(cond, &c.iter_var, &mut elements);
+                    access.add_at(&path, &Access::Elements(Box::new(elements)));
+                    visit(cond, name, access);
+                }
+                _ => visit(e, name, access),
+            }
+        }
+        _ => visit(e, name, access),
+    }
+}
+
+/// The condition and the appended element of a `filter` macro's expansion
+/// (`@result + [x]` when the condition holds), when `c` is one.
+fn filter_parts(c: &ComprehensionExpr) -> Option<(&IdedExpr, &IdedExpr)> {
+    let is_accu = |e: &IdedExpr| is_ident(e, &c.accu_var);
+    let empty_init = matches!(&c.accu_init.expr, Expr::List(l) if l.elements.is_empty());
+    if !empty_init || !is_accu(&c.result) || !is_true(&c.loop_cond) {
+        return None;
+    }
+    let Expr::Call(step) = &c.loop_step.expr else {
+        return None;
+    };
+    let [cond, append, otherwise] = step.args.as_slice() else {
+        return None;
+    };
+    if step.func_name != "_?_:_" || !is_accu(otherwise) {
+        return None;
+    }
+    let Expr::Call(add) = &append.expr else {
+        return None;
+    };
+    let [accu, list] = add.args.as_slice() else {
+        return None;
+    };
+    match &list.expr {
+        Expr::List(l) if add.func_name == "_+_" && is_accu(accu) && l.elements.len() == 1 => {
+            Some((cond, &l.elements[0]))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `e` is the identifier `ident` (also under kmutate's cost
+/// guard, which wraps values a comprehension copies).
+fn is_ident(e: &IdedExpr, ident: &str) -> bool {
+    match &e.expr {
+        Expr::Ident(i) => i == ident,
+        Expr::Call(call) if call.func_name == super::cost::ALLOC_FN && call.args.len() == 2 => {
+            is_ident(&call.args[1], ident)
+        }
+        _ => false,
+    }
+}
+
+fn is_true(e: &IdedExpr) -> bool {
+    matches!(&e.expr, Expr::Literal(LiteralValue::Boolean(b)) if **b)
+}
+
 /// The fields selected from the variable `name` when `e` is such a chain
 /// (`name.a.b`, or `name` itself: no fields).
 fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
@@ -237,6 +375,55 @@ mod tests {
                 "object.spec.containers.all(c, c.name != '') && size(object.spec.containers) > 1"
             ),
             fields(&[("spec", fields(&[("containers", Access::Full)]))])
+        );
+    }
+
+    #[test]
+    fn a_variable_is_converted_as_far_as_its_readers_look() {
+        let env = CelEnvironment::shared();
+        let compile = |src: &str| env.compile(src).expect("compiles");
+        let elements = |inner: Access| Access::Elements(Box::new(inner));
+        let unsized_containers =
+            compile("object.spec.containers.filter(c, !has(c.resources.requests))");
+        let spec = compile("object.spec");
+        let variables = [("unsized", unsized_containers.ast()), ("spec", spec.ast())];
+        let mutation = compile("variables.unsized.map(c, c.name) + [variables.spec.hostname]");
+        assert_eq!(
+            activation_access(&[mutation.ast()], &variables, "object"),
+            fields(&[(
+                "spec",
+                fields(&[
+                    (
+                        "containers",
+                        elements(fields(&[
+                            ("name", Access::Full),
+                            ("resources", fields(&[("requests", Access::Full)])),
+                        ]))
+                    ),
+                    ("hostname", Access::Full),
+                ])
+            )])
+        );
+        // Read whole (here by `size`), the variable needs the whole input.
+        let whole = compile("size(variables.unsized) + size(variables.spec)");
+        assert_eq!(
+            activation_access(&[whole.ast()], &variables, "object"),
+            fields(&[("spec", Access::Full)])
+        );
+        // Unread, only its own reads count.
+        let none = compile("1 == 1");
+        assert_eq!(
+            activation_access(&[none.ast()], &variables, "object"),
+            fields(&[(
+                "spec",
+                fields(&[(
+                    "containers",
+                    elements(fields(&[(
+                        "resources",
+                        fields(&[("requests", Access::Full)])
+                    )]))
+                )])
+            )])
         );
     }
 

@@ -11,7 +11,7 @@ mod params;
 
 use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
 use crate::authorizer::{Authorizer, CachingAuthorizer};
-use crate::cel::access::Access;
+use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
 use crate::cel::convert::val_to_json;
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
@@ -66,16 +66,15 @@ impl InputAccess {
         expressions: impl IntoIterator<Item = &'e Result<CompiledExpression, String>>,
         variables: &'e [CompiledVariable],
     ) -> InputAccess {
-        let mut access = InputAccess::default();
-        let all = expressions
+        let expressions: Vec<_> = expressions
             .into_iter()
-            .chain(variables.iter().map(|v| &v.expression));
-        for expr in all.filter_map(|e| e.as_ref().ok()) {
-            for (slot, name) in access.0.iter_mut().zip(JSON_INPUTS) {
-                slot.merge(&Access::of(expr.ast(), name));
-            }
-        }
-        access
+            .filter_map(|e| e.as_ref().ok().map(CompiledExpression::ast))
+            .collect();
+        let variables: Vec<_> = variables
+            .iter()
+            .filter_map(|v| Some((v.name.as_str(), v.expression.as_ref().ok()?.ast())))
+            .collect();
+        InputAccess(JSON_INPUTS.map(|name| activation_access(&expressions, &variables, name)))
     }
 }
 
