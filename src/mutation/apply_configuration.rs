@@ -150,6 +150,9 @@ pub fn apply_configuration_in_place(
             crate::gofmt::type_name(&v).to_string(),
         )),
         Change::Remove => Err(ApplyError::ToObject("<nil>".to_string())),
+        Change::Items(_) => Err(ApplyError::ToObject(
+            crate::gofmt::type_name(live).to_string(),
+        )),
         change => Ok(change.apply(live)),
     }
 }
@@ -166,6 +169,20 @@ enum Change {
     /// visits them (the object's keys, then the new ones); the other fields
     /// stay as they are.
     Fields(Vec<(String, Change)>),
+    /// An associative list rebuilt from these items, in this order; the
+    /// object's items that are not listed are dropped.
+    Items(Vec<ItemChange>),
+}
+
+/// One item of a merged associative list ([`Change::Items`]).
+#[derive(Debug)]
+enum ItemChange {
+    /// The object's item at this index, as it is.
+    Keep(usize),
+    /// The object's item at this index, changed.
+    Change(usize, Change),
+    /// A new item.
+    New(Value),
 }
 
 impl Change {
@@ -200,10 +217,42 @@ impl Change {
                             map.insert(key, v);
                             changed = true;
                         }
-                        (Change::Fields(_), None) => {}
+                        (Change::Fields(_) | Change::Items(_), None) => {}
                     }
                 }
                 changed
+            }
+            Change::Items(items) => {
+                let Value::Array(list) = target else {
+                    // Planned only for a list.
+                    return false;
+                };
+                let mut old: Vec<Option<Value>> =
+                    std::mem::take(list).into_iter().map(Some).collect();
+                let mut changed = false;
+                let mut next = 0;
+                for item in items {
+                    let (index, change) = match item {
+                        ItemChange::New(v) => {
+                            list.push(v);
+                            changed = true;
+                            continue;
+                        }
+                        ItemChange::Keep(index) => (index, None),
+                        ItemChange::Change(index, change) => (index, Some(change)),
+                    };
+                    let Some(mut v) = old.get_mut(index).and_then(Option::take) else {
+                        continue;
+                    };
+                    changed |= index != next;
+                    next = index + 1;
+                    if let Some(change) = change {
+                        changed |= change.apply(&mut v);
+                    }
+                    list.push(v);
+                }
+                // Items of the object left out.
+                changed || old.iter().any(Option::is_some)
             }
         }
     }
@@ -276,18 +325,26 @@ impl Merger<'_> {
         rhs: &Value,
         depth: usize,
     ) -> (Change, Vec<ValidationError>) {
-        if let (Value::Object(lmap), Value::Object(rmap)) = (lhs, rhs) {
-            // An empty object map merges through `leaf` in `merge_map`.
-            if depth <= MAX_DEPTH && !lmap.is_empty() {
-                if let Some(atom) = self.schema.resolve(spec) {
-                    let arhs = atom.deduce(Some(rhs));
-                    if let Some(map) = &arhs.map {
-                        if map.relationship != Some(Relationship::Atomic)
-                            && atom.deduce(Some(lhs)).same_members(&arhs)
-                        {
-                            return self.plan_map(map, lmap, rmap, depth);
-                        }
+        // Below MAX_DEPTH, so that the items kept untouched are not ones
+        // `merge` would refuse as too deep.
+        if depth < MAX_DEPTH {
+            if let Some(atom) = self.schema.resolve(spec) {
+                let arhs = atom.deduce(Some(rhs));
+                let granular = |r: Option<Relationship>| r != Some(Relationship::Atomic);
+                let same = || atom.deduce(Some(lhs)).same_members(&arhs);
+                match (lhs, rhs, &arhs.map, arhs.scalar, &arhs.list) {
+                    // An empty map or list merges through `leaf`.
+                    (Value::Object(lmap), Value::Object(rmap), Some(map), _, _)
+                        if !lmap.is_empty() && granular(map.relationship) && same() =>
+                    {
+                        return self.plan_map(map, lmap, rmap, depth);
                     }
+                    (Value::Array(llist), Value::Array(rlist), None, None, Some(list))
+                        if !llist.is_empty() && granular(list.relationship) && same() =>
+                    {
+                        return self.plan_list(list, llist, rlist, depth);
+                    }
+                    _ => {}
                 }
             }
         }
@@ -408,6 +465,52 @@ impl Merger<'_> {
         (None, vec![invalid_atom(spec)])
     }
 
+    /// [`Merger::merge_list_items`] as a change to the non-empty `lhs`.
+    fn plan_list(
+        &self,
+        list: &ListView,
+        lhs: &[Value],
+        rhs: &[Value],
+        depth: usize,
+    ) -> (Change, Vec<ValidationError>) {
+        let pairs = match self.list_pairs(list, lhs, rhs) {
+            Ok(pairs) => pairs,
+            Err(errs) => return (Change::Remove, errs),
+        };
+        // Where an item of the object sits in it (`None` for the stand-in
+        // of a duplicated item, which is not merged).
+        let index_of = |item: &Value| {
+            let offset = (item as *const Value as usize).wrapping_sub(lhs.as_ptr() as usize);
+            let index = offset / std::mem::size_of::<Value>();
+            (offset.is_multiple_of(std::mem::size_of::<Value>()) && index < lhs.len())
+                .then_some(index)
+        };
+        let mut items = Vec::with_capacity(pairs.len());
+        // As in `merge_list_items`, the errors of item merges are dropped and
+        // an item whose merge gives nothing is left out.
+        for (l, r) in pairs {
+            match (l.and_then(index_of), l, r) {
+                (Some(index), _, None) => items.push(ItemChange::Keep(index)),
+                (Some(index), Some(l), Some(r)) => {
+                    match self.plan(&list.def.element, l, r, depth + 1).0 {
+                        Change::Remove => {}
+                        change => items.push(ItemChange::Change(index, change)),
+                    }
+                }
+                _ => {
+                    if let (Some(v), _) = self.merge(&list.def.element, l, r, depth + 1) {
+                        items.push(ItemChange::New(v));
+                    }
+                }
+            }
+        }
+        if items.is_empty() {
+            (Change::Remove, Vec::new())
+        } else {
+            (Change::Items(items), Vec::new())
+        }
+    }
+
     /// SMD `doMap`/`visitMapItems`.
     fn merge_map(
         &self,
@@ -515,11 +618,37 @@ impl Merger<'_> {
         rhs: &[Value],
         depth: usize,
     ) -> Merged {
+        let pairs = match self.list_pairs(list, lhs, rhs) {
+            Ok(pairs) => pairs,
+            Err(errs) => return (None, errs),
+        };
+        // Upstream drops the errors of item merges (the inner `errs` shadows
+        // the outer one); an item whose merge fails is left out.
+        let out: Vec<Value> = pairs
+            .into_iter()
+            .filter_map(|(l, r)| self.merge(&list.def.element, l, r, depth + 1).0)
+            .collect();
+        if out.is_empty() {
+            (None, Vec::new())
+        } else {
+            (Some(Value::Array(out)), Vec::new())
+        }
+    }
+
+    /// The walk of SMD `visitListItems`: the (object item, applied item)
+    /// pairs whose merges make the merged list, in its order, or the errors
+    /// of indexing the two lists.
+    fn list_pairs<'v>(
+        &self,
+        list: &ListView,
+        lhs: &'v [Value],
+        rhs: &'v [Value],
+    ) -> Result<Vec<ItemPair<'v>>, Vec<ValidationError>> {
         let mut errs = Vec::new();
         let (rhs_pes, observed_rhs) = self.index(list, rhs, false, &mut errs);
         let (lhs_pes, observed_lhs) = self.index(list, lhs, true, &mut errs);
         if !errs.is_empty() {
-            return (None, errs);
+            return Err(errs);
         }
 
         let mut shared_order: VecDeque<&str> = rhs_pes
@@ -530,14 +659,7 @@ impl Merger<'_> {
         let mut next_shared = shared_order.pop_front();
         let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_pes.len());
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
-        // Upstream drops the errors of item merges (the inner `errs` shadows
-        // the outer one); an item whose merge fails is left out.
-        let mut push = |l: Option<&Value>, r: Option<&Value>| {
-            let (v, _) = self.merge(&list.def.element, l, r, depth + 1);
-            if let Some(v) = v {
-                out.push(v);
-            }
-        };
+        let mut push = |l: Option<&'v Value>, r: Option<&'v Value>| out.push((l, r));
 
         let (llen, rlen) = (lhs_pes.len(), rhs_pes.len());
         let (mut li, mut ri) = (0, 0);
@@ -584,15 +706,13 @@ impl Merger<'_> {
             }
         }
 
-        if out.is_empty() {
-            (None, Vec::new())
-        } else {
-            (Some(Value::Array(out)), Vec::new())
-        }
+        Ok(out)
     }
 }
 
-/// SMD `doLeaf` with `ruleKeepRHS`: the applied value, else the object's.
+/// An object item and an applied item merged into one item of a list.
+type ItemPair<'v> = (Option<&'v Value>, Option<&'v Value>);
+
 /// The type of a map's field `key`: its declared field, else the map's
 /// element type, else `fallback` (an untyped value).
 fn field_spec<'m>(map: &'m MapView, key: &str, fallback: &'m TypeSpec) -> &'m TypeSpec {
@@ -602,6 +722,7 @@ fn field_spec<'m>(map: &'m MapView, key: &str, fallback: &'m TypeSpec) -> &'m Ty
     }
 }
 
+/// SMD `doLeaf` with `ruleKeepRHS`: the applied value, else the object's.
 fn leaf(lhs: Option<&Value>, rhs: Option<&Value>) -> Merged {
     (rhs.or(lhs).cloned(), Vec::new())
 }
