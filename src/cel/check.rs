@@ -164,6 +164,7 @@ impl Checker<'_> {
                 }
                 self.check_call(e, here);
                 self.check_regex_literal(call, here);
+                self.check_conversion_literal(call, here);
             }
             Expr::Comprehension(c) => {
                 self.visit(&c.iter_range, here, false);
@@ -357,6 +358,52 @@ impl Checker<'_> {
                 offset,
                 message: "invalid matches argument".into(),
             });
+        }
+    }
+
+    /// cel-go's `ValidateDurationLiterals` and `ValidateTimestampLiterals`:
+    /// a `duration(...)` or `timestamp(...)` of a literal is evaluated when
+    /// compiled, and one that fails is an error at the literal.
+    fn check_conversion_literal(&mut self, call: &CallExpr, fallback: u32) {
+        let name = call.func_name.as_str();
+        if call.target.is_some() || !matches!(name, "duration" | "timestamp") {
+            return;
+        }
+        let Some(arg) = call.args.first() else { return };
+        if !matches!(&arg.expr, Expr::Literal(_)) {
+            return;
+        }
+        let probe = IdedExpr {
+            id: 0,
+            expr: Expr::Call(call.clone()),
+        };
+        let ctx = Context::with_env(self.env.clone());
+        if cel::Value::resolve_val(&probe, &ctx).is_err() {
+            let offset = self.literal_offset(arg, fallback);
+            self.validator_errors.push(Issue {
+                offset,
+                message: format!("invalid {name} argument"),
+            });
+        }
+    }
+
+    /// The offset of the literal `e`: for a negative number, that of its
+    /// sign, where cel-go's parser places the literal (this parser places
+    /// it at the digits).
+    fn literal_offset(&self, e: &IdedExpr, fallback: u32) -> u32 {
+        let offset = self.offset(e, fallback);
+        let negative = match &e.expr {
+            Expr::Literal(LiteralValue::Int(i)) => **i < 0,
+            Expr::Literal(LiteralValue::Double(d)) => **d < 0.0,
+            _ => false,
+        };
+        if !negative {
+            return offset;
+        }
+        let before: Vec<char> = self.info.source.chars().take(offset as usize).collect();
+        match before.iter().rposition(|c| !c.is_whitespace()) {
+            Some(sign) if before[sign] == '-' => sign as u32,
+            _ => offset,
         }
     }
 
@@ -704,6 +751,36 @@ mod tests {
         );
         compiles("'hello'.matches('el*')");
         compiles("'hello'.matches(object.pattern)");
+    }
+
+    // cel-go `cel/validator_test.go`, `TestValidateDurationLiterals` and
+    // `TestValidateTimestampLiterals`: Kubernetes enables both validators
+    // from 1.29 (`environment/base.go`).
+    #[test]
+    fn invalid_constant_durations_and_timestamps() {
+        assert_eq!(
+            error("duration('1')"),
+            "compilation failed: ERROR: <input>:1:10: invalid duration argument\n | duration('1')\n | .........^"
+        );
+        assert!(error("duration('1d')").contains("ERROR: <input>:1:10: invalid duration argument"));
+        assert!(error("duration('1us')\n < duration('1nns')")
+            .contains("ERROR: <input>:2:13: invalid duration argument\n |  < duration('1nns')\n | ............^"));
+        compiles("duration('2h3m4s5us')");
+        compiles("duration(object.metadata.name)");
+        assert_eq!(
+            error("timestamp('1000-00-00T00:00:00Z')"),
+            "compilation failed: ERROR: <input>:1:11: invalid timestamp argument\n | timestamp('1000-00-00T00:00:00Z')\n | ..........^"
+        );
+        assert!(error("timestamp('1000-01-01T00:00:00ZZ')")
+            .contains("ERROR: <input>:1:11: invalid timestamp argument"));
+        compiles("timestamp('1000-01-01T00:00:00Z')");
+        compiles("timestamp(-6213559680)");
+        let out_of_range = error("timestamp(-62135596801)");
+        assert!(
+            out_of_range.contains("ERROR: <input>:1:11: invalid timestamp argument"),
+            "{out_of_range}"
+        );
+        compiles("timestamp(object.metadata.name)");
     }
 
     // Kubernetes' regex library compiles constant `find`/`findAll`
