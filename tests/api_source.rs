@@ -41,6 +41,24 @@ async fn problems_mention(server: &Server, needles: &[&str]) {
     });
 }
 
+/// Waits for a Warning Event about the object `kind`/`name` whose message
+/// mentions `needle`.
+async fn warning_event(fake: &FakeApi, kind: &str, name: &str, needle: &str) {
+    eventually(Duration::from_secs(30), || async {
+        fake.events()
+            .iter()
+            .any(|e| {
+                e["involvedObject"]["name"] == name
+                    && e["involvedObject"]["kind"] == kind
+                    && e["type"] == "Warning"
+                    && e["message"].as_str().is_some_and(|m| m.contains(needle))
+            })
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("no Event for {kind} {name}: {:?}", fake.events()));
+}
+
 #[test]
 fn policies_load_update_quickly_and_broken_ones_are_skipped() {
     let dir = scratch("api_source", "load");
@@ -90,22 +108,31 @@ fn policies_load_update_quickly_and_broken_ones_are_skipped() {
         let m = metrics_text(&server).await;
         assert!(metric(&m, "kmutate_policy_load_errors") >= 2.0, "{m}");
         // Built-in policies get a Warning Event naming the problem.
-        eventually(Duration::from_secs(30), || async {
-            fake.events()
-                .iter()
-                .any(|e| {
-                    e["involvedObject"]["name"] == "broken"
-                        && e["involvedObject"]["kind"] == "MutatingAdmissionPolicy"
-                        && e["type"] == "Warning"
-                        && e["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains("spec.mutations[0]"))
-                })
-                .then_some(())
-        })
-        .await
-        .unwrap_or_else(|| panic!("no Event for the broken policy: {:?}", fake.events()));
+        warning_event(
+            &fake,
+            "MutatingAdmissionPolicy",
+            "broken",
+            "spec.mutations[0]",
+        )
+        .await;
         assert_eq!(metric(&m, "kmutate_policies_loaded"), 2.0, "{m}");
+        // So does a binding the API would refuse (no policyName).
+        let (_, mut unbound) = labelling_policy(V1, "unbound", "unbound", "'z'", None, None);
+        unbound["spec"]
+            .as_object_mut()
+            .expect("binding spec")
+            .remove("policyName");
+        fake.put(&kinds.1, unbound);
+        problems_mention(&server, &["\"unbound\"", "skipped", "spec.policyName"]).await;
+        warning_event(
+            &fake,
+            "MutatingAdmissionPolicyBinding",
+            "unbound",
+            "spec.policyName",
+        )
+        .await;
+        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+        assert_eq!(a.labels, json!({"stage": "six", "team": "a"}), "{a:?}");
 
         // Fixed, it serves; deleted, it goes.
         put_labeller(&fake, &kinds, "broken", "'fixed'");
@@ -363,6 +390,8 @@ fn kmutate_dev_crds_serve_when_the_builtin_api_is_absent() {
             .0
         };
         ready(fake.clone(), p.clone(), "True").await;
+        // Bindings too.
+        ready(fake.clone(), b.clone(), "True").await;
         let (mut broken, _) = labelling_policy(V1, "stage", "stage", "'crd' +", None, None);
         broken["apiVersion"] = json!("kmutate.dev/v1");
         fake.put(&p, broken);

@@ -99,8 +99,10 @@ pub struct ApiSource {
     built: Mutex<Option<Built>>,
     /// Reports verdicts on the objects.
     reporter: Reporter,
-    /// Compile verdicts by (name, generation): problems, empty when good.
-    verdicts: Mutex<HashMap<(String, String), Vec<String>>>,
+    /// Compile verdicts of policies.
+    verdicts: Mutex<VerdictMap>,
+    /// Verdicts of bindings (which fail only to convert).
+    binding_verdicts: Mutex<VerdictMap>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -167,6 +169,7 @@ impl ApiSource {
             params: Mutex::default(),
             built: Mutex::default(),
             verdicts: Mutex::default(),
+            binding_verdicts: Mutex::default(),
             tasks: Mutex::default(),
             reporter: Reporter::new(client.clone()),
         })
@@ -248,46 +251,40 @@ impl ApiSource {
             return (b.inputs.clone(), b.param_kinds.clone());
         }
         let mut inputs = PolicyInputs::default();
-        let mut verdicts = lock(&self.verdicts);
-        let mut seen = BTreeSet::new();
+        let mut verdicts = Verdicts::new(&self.verdicts, &self.reporter, POLICIES);
         for object in self.policies.objects() {
-            let (name, version) = name_and_version(&object);
-            let key = (name.clone(), version);
-            seen.insert(key.clone());
-            let fresh = !verdicts.contains_key(&key);
+            let (name, _) = name_and_version(&object);
             let converted = policy_from_json(&as_admission(&object), source_of(POLICIES, &name));
-            let problems = verdicts
-                .entry(key)
-                .or_insert_with(|| match &converted {
-                    Ok(policy) => compile_problems(policy),
-                    Err(e) => {
-                        tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
-                        vec![format!("policy {name:?} skipped: {e}")]
-                    }
-                })
-                .clone();
-            if fresh {
-                self.reporter.verdict(&object, POLICIES, &problems);
-            }
+            let problems = verdicts.of(&object, || match &converted {
+                Ok(policy) => compile_problems(policy),
+                Err(e) => {
+                    tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
+                    vec![format!("policy {name:?} skipped: {e}")]
+                }
+            });
             match converted {
                 Ok(policy) if problems.is_empty() => inputs.policies.push(policy),
                 _ => inputs.problems.extend(problems),
             }
         }
-        verdicts.retain(|k, _| seen.contains(k));
         drop(verdicts);
+        let mut verdicts = Verdicts::new(&self.binding_verdicts, &self.reporter, BINDINGS);
         for object in self.bindings.objects() {
             let (name, _) = name_and_version(&object);
-            match binding_from_json(&as_admission(&object), source_of(BINDINGS, &name)) {
-                Ok(b) => inputs.bindings.push(b),
+            let converted = binding_from_json(&as_admission(&object), source_of(BINDINGS, &name));
+            let problems = verdicts.of(&object, || match &converted {
+                Ok(_) => Vec::new(),
                 Err(e) => {
-                    tracing::debug!(binding = %name, reason = %e, "binding skipped: invalid");
-                    inputs
-                        .problems
-                        .push(format!("binding {name:?} skipped: {e}"));
+                    tracing::warn!(binding = %name, reason = %e, "binding skipped: invalid");
+                    vec![format!("binding {name:?} skipped: {e}")]
                 }
+            });
+            match converted {
+                Ok(binding) => inputs.bindings.push(binding),
+                Err(_) => inputs.problems.extend(problems),
             }
         }
+        drop(verdicts);
         let param_kinds = param_kinds(&inputs.policies, &inputs.bindings);
         let inputs = Arc::new(inputs);
         *built = Some(Built {
@@ -325,6 +322,51 @@ impl ApiSource {
             params.insert(key, ParamWatch { store, task });
         }
         params.values().map(|w| w.store.clone()).collect()
+    }
+}
+
+/// Verdicts by (name, generation): problems, empty when good.
+type VerdictMap = HashMap<(String, String), Vec<String>>;
+
+/// One pass over the policies (or bindings) of a build: each object's
+/// verdict is judged, and reported on the object, once per generation;
+/// verdicts of objects gone since the last pass are forgotten when it ends.
+struct Verdicts<'s> {
+    known: std::sync::MutexGuard<'s, VerdictMap>,
+    reporter: &'s Reporter,
+    plural: &'static str,
+    seen: BTreeSet<(String, String)>,
+}
+
+impl<'s> Verdicts<'s> {
+    fn new(known: &'s Mutex<VerdictMap>, reporter: &'s Reporter, plural: &'static str) -> Self {
+        Verdicts {
+            known: lock(known),
+            reporter,
+            plural,
+            seen: BTreeSet::new(),
+        }
+    }
+
+    /// The problems of `object`: `judge`'s answer, asked only when this
+    /// generation of the object is new.
+    fn of(&mut self, object: &Value, judge: impl FnOnce() -> Vec<String>) -> Vec<String> {
+        let key = name_and_version(object);
+        self.seen.insert(key.clone());
+        if let Some(problems) = self.known.get(&key) {
+            return problems.clone();
+        }
+        let problems = judge();
+        self.reporter.verdict(object, self.plural, &problems);
+        self.known.insert(key, problems.clone());
+        problems
+    }
+}
+
+impl Drop for Verdicts<'_> {
+    fn drop(&mut self) {
+        let seen = &self.seen;
+        self.known.retain(|k, _| seen.contains(k));
     }
 }
 
