@@ -19,7 +19,7 @@ use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
-use crate::mutation::json_patch::{apply_patch, JsonPatchError, PatchOperation};
+use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
@@ -889,14 +889,12 @@ fn apply_mutation(
             checks.applied(schema, &patch);
             Ok(changed)
         }
-        MutationValue::Patch(ops) => match apply_patch(object, &ops) {
-            Ok(v) => {
-                let unknown = checks.strict_errors(schema, &ops, &v);
+        // A strict-decoding failure ends the admission, so the object it
+        // leaves changed is never used.
+        MutationValue::Patch(ops) => match apply_patch_in_place(object, &ops) {
+            Ok(changed) => {
+                let unknown = checks.strict_errors(schema, &ops, object);
                 if unknown.is_empty() {
-                    let changed = v != *object;
-                    if changed {
-                        *object = v;
-                    }
                     Ok(changed)
                 } else {
                     let fields: Vec<String> = unknown

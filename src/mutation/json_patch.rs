@@ -23,6 +23,7 @@
 
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
 /// The copy limit kube-apiserver installs (`JSONPatchMaxCopyBytes`, 3 MiB).
 pub const KUBE_APISERVER_MAX_COPY_BYTES: i64 = 3 * 1024 * 1024;
@@ -135,6 +136,104 @@ pub fn apply_patch_with_copy_limit(
     ops: &[PatchOperation],
     copy_limit: i64,
 ) -> Result<Value, JsonPatchError> {
+    patched(doc, ops, copy_limit).map(Node::into_value)
+}
+
+/// [`apply_patch`] on the document itself, which is left untouched on an
+/// error; whether the document changed (by `==`).
+///
+/// The parts of the document the patch does not reach are moved into the
+/// result, not copied: a few operations on a large object cost little more
+/// than the operations.
+pub fn apply_patch_in_place(
+    doc: &mut Value,
+    ops: &[PatchOperation],
+) -> Result<bool, JsonPatchError> {
+    let mut movable = HashSet::new();
+    let built = {
+        let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
+        if root.same_as(doc) {
+            return Ok(false);
+        }
+        // Subtrees of the document the result holds once are moved; those
+        // it holds twice (a `copy`), or that sit inside another it holds,
+        // are copied, as are the operations' values.
+        let mut holds = HashMap::new();
+        root.count_holds(&mut holds);
+        find_movable(doc, &holds, &mut movable);
+        root.into_built(&movable)
+    };
+    let mut taken = HashMap::with_capacity(movable.len());
+    take_movable(doc, &movable, &mut taken);
+    *doc = built.build(&mut taken);
+    Ok(true)
+}
+
+/// The address that identifies a value of the document.
+fn address(v: &Value) -> usize {
+    v as *const Value as usize
+}
+
+/// Finds the values of `doc` (outermost first) that the patched document
+/// holds exactly once.
+fn find_movable(doc: &Value, holds: &HashMap<usize, usize>, movable: &mut HashSet<usize>) {
+    match holds.get(&address(doc)) {
+        Some(1) => {
+            movable.insert(address(doc));
+        }
+        Some(_) => {}
+        None => match doc {
+            Value::Object(m) => m.values().for_each(|c| find_movable(c, holds, movable)),
+            Value::Array(a) => a.iter().for_each(|c| find_movable(c, holds, movable)),
+            _ => {}
+        },
+    }
+}
+
+/// Takes the `movable` values out of `doc`, by address.
+fn take_movable(doc: &mut Value, movable: &HashSet<usize>, taken: &mut HashMap<usize, Value>) {
+    if movable.contains(&address(doc)) {
+        taken.insert(address(doc), std::mem::take(doc));
+        return;
+    }
+    match doc {
+        Value::Object(m) => m.values_mut().for_each(|c| take_movable(c, movable, taken)),
+        Value::Array(a) => a.iter_mut().for_each(|c| take_movable(c, movable, taken)),
+        _ => {}
+    }
+}
+
+/// A patched document that no longer borrows the original: values of the
+/// original are named by address, to be moved out of it.
+enum Built {
+    Take(usize),
+    Owned(Value),
+    Obj(Vec<(String, Built)>),
+    Arr(Vec<Built>),
+}
+
+impl Built {
+    fn build(self, taken: &mut HashMap<usize, Value>) -> Value {
+        match self {
+            Built::Take(a) => taken.remove(&a).unwrap_or_default(),
+            Built::Owned(v) => v,
+            Built::Obj(entries) => Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, b)| (k, b.build(taken)))
+                    .collect::<Map<String, Value>>(),
+            ),
+            Built::Arr(items) => Value::Array(items.into_iter().map(|b| b.build(taken)).collect()),
+        }
+    }
+}
+
+/// Applies `ops` to lazily decoded nodes over `doc`.
+fn patched<'a>(
+    doc: &'a Value,
+    ops: &'a [PatchOperation],
+    copy_limit: i64,
+) -> Result<Node<'a>, JsonPatchError> {
     let found = match doc {
         Value::Bool(_) => "bool",
         Value::Number(_) => "number",
@@ -149,7 +248,7 @@ pub fn apply_patch_with_copy_limit(
     for (index, op) in ops.iter().enumerate() {
         apply_op(&mut root, op, &mut copied, copy_limit).map_err(|e| e.at(index))?;
     }
-    Ok(root.into_value())
+    Ok(root)
 }
 
 /// An operation's error before the operation index is attached.
@@ -241,6 +340,53 @@ impl<'a> Node<'a> {
                     .collect::<Map<String, Value>>(),
             ),
             Node::Arr(items) => Value::Array(items.into_iter().map(Node::into_value).collect()),
+        }
+    }
+
+    /// Whether [`Node::into_value`] would equal `v`, without building it.
+    fn same_as(&self, v: &Value) -> bool {
+        match (self, v) {
+            (Node::Nil, v) => v.is_null(),
+            (Node::Raw(r), v) => std::ptr::eq(*r, v) || **r == *v,
+            (Node::Obj(entries), Value::Object(m)) => {
+                m.len() == entries.len()
+                    && entries
+                        .iter()
+                        .all(|(k, n)| m.get(k.as_ref()).is_some_and(|c| n.same_as(c)))
+            }
+            (Node::Arr(items), Value::Array(a)) => {
+                a.len() == items.len() && items.iter().zip(a).all(|(n, c)| n.same_as(c))
+            }
+            _ => false,
+        }
+    }
+
+    /// Counts, by address, the values this node holds undecoded.
+    fn count_holds(&self, holds: &mut HashMap<usize, usize>) {
+        match self {
+            Node::Nil => {}
+            Node::Raw(v) => *holds.entry(address(v)).or_default() += 1,
+            Node::Obj(entries) => entries.iter().for_each(|(_, n)| n.count_holds(holds)),
+            Node::Arr(items) => items.iter().for_each(|n| n.count_holds(holds)),
+        }
+    }
+
+    /// [`Node::into_value`], with the `movable` values of the document left
+    /// to be moved.
+    fn into_built(self, movable: &HashSet<usize>) -> Built {
+        match self {
+            Node::Nil => Built::Owned(Value::Null),
+            Node::Raw(v) if movable.contains(&address(v)) => Built::Take(address(v)),
+            Node::Raw(v) => Built::Owned(v.clone()),
+            Node::Obj(entries) => Built::Obj(
+                entries
+                    .into_iter()
+                    .map(|(k, n)| (k.into_owned(), n.into_built(movable)))
+                    .collect(),
+            ),
+            Node::Arr(items) => {
+                Built::Arr(items.into_iter().map(|n| n.into_built(movable)).collect())
+            }
         }
     }
 
@@ -977,6 +1123,15 @@ mod tests {
             Ok(got) => assert_eq!(got, want),
             Err(e) => panic!("unexpected error: {e}"),
         }
+        // The dispatcher's in-place form gives the same document.
+        let mut in_place = doc.clone();
+        match apply_patch_in_place(&mut in_place, ops) {
+            Ok(changed) => {
+                assert_eq!(in_place, want, "in place");
+                assert_eq!(changed, doc != want, "changed");
+            }
+            Err(e) => panic!("unexpected error in place: {e}"),
+        }
     }
 
     #[track_caller]
@@ -986,6 +1141,16 @@ mod tests {
             Ok(got) => panic!("expected error {want:?}, got {got}"),
             Err(e) => assert_eq!(e.to_string(), want),
         }
+        assert_eq!(doc, before);
+        in_place_fails(doc, ops);
+    }
+
+    /// The in-place form fails as [`apply_patch`] does, leaving the document.
+    #[track_caller]
+    fn in_place_fails(mut doc: Value, ops: &[PatchOperation]) {
+        let before = doc.clone();
+        let want = apply_patch(&doc, ops).expect_err("fails");
+        assert_eq!(apply_patch_in_place(&mut doc, ops), Err(want));
         assert_eq!(doc, before);
     }
 
@@ -1000,6 +1165,7 @@ mod tests {
             }
             other => panic!("expected a failed test, got {other:?}"),
         }
+        in_place_fails(doc, ops);
     }
 
     fn aaa(n: usize) -> String {
@@ -1007,6 +1173,26 @@ mod tests {
     }
 
     // ---- patch_test.go `Cases` (TestAllCases) ----
+
+    #[test]
+    fn in_place_moves_what_it_keeps_and_copies_what_it_duplicates() {
+        let doc = json!({"a": {"b": [1, 2]}, "c": {"d": true}, "e": "f"});
+        // `copy` holds `/a` twice: both copies are whole and equal.
+        ok(
+            doc.clone(),
+            &[cp("/a", "/g"), add("/a/b/-", json!(3))],
+            json!({"a": {"b": [1, 2, 3]}, "c": {"d": true}, "e": "f", "g": {"b": [1, 2]}}),
+        );
+        // `move` holds a value inside another it holds.
+        ok(
+            doc.clone(),
+            &[mv("/c/d", "/h"), add("/c/i", json!(1))],
+            json!({"a": {"b": [1, 2]}, "c": {"i": 1}, "e": "f", "h": true}),
+        );
+        // Adding what is there changes nothing.
+        ok(doc.clone(), &[replace("/e", json!("f"))], doc.clone());
+        ok(doc.clone(), &[remove("/e"), add("/e", json!("f"))], doc);
+    }
 
     #[test]
     fn cases_add_member() {
