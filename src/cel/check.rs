@@ -229,7 +229,11 @@ impl Checker<'_> {
             return;
         }
         // operators
-        if name.starts_with('_') || name.starts_with('@') || name.starts_with("!_") {
+        if name.starts_with('_')
+            || name.starts_with('@')
+            || name.starts_with("!_")
+            || name == operators::NEGATE
+        {
             self.check_typed_call(call, offset);
             return;
         }
@@ -512,6 +516,19 @@ fn sample(t: &Ty) -> Option<IdedExpr> {
             id: 0,
             expr: Expr::List(ListExpr::new(vec![sample(e)?])),
         }),
+        Ty::Opaque(name) => {
+            let (ctor, _, arg) = types::OPAQUE.iter().find(|(_, n, _)| n == name)?;
+            Some(IdedExpr {
+                id: 0,
+                expr: Expr::Call(CallExpr {
+                    func_name: ctor.to_string(),
+                    target: None,
+                    args: vec![literal(LiteralValue::String(CelString::from(
+                        arg.to_string(),
+                    )))?],
+                }),
+            })
+        }
         Ty::Map(k, v) if matches!(**k, Ty::Bool | Ty::Int | Ty::Uint | Ty::String) => {
             Some(IdedExpr {
                 id: 0,
@@ -751,6 +768,81 @@ mod tests {
         );
         compiles("'hello'.matches('el*')");
         compiles("'hello'.matches(object.pattern)");
+    }
+
+    // Unary minus of an expression is the operator `-_` (cel-go
+    // `common/operators`), declared for int and double only
+    // (`checker/decls` standard overloads `negate_int64`, `negate_double`).
+    #[test]
+    fn unary_minus_is_an_operator() {
+        compiles("-object.spec.replicas < 0");
+        compiles("-(1 + 2) < 0 && -(1.5 * 2.0) < 0.0");
+        let env = CelEnvironment::shared();
+        let negated = env.compile("-(1 + 2)").expect("compiles");
+        let ctx = env.context();
+        let v = negated.evaluate(&ctx).expect("evaluates");
+        assert_eq!(crate::cel::convert::val_to_json(&*v).unwrap(), -3);
+        assert!(error("-duration('1h') < duration('0s')").contains(
+            "ERROR: <input>:1:1: found no matching overload for '-_' applied to '(google.protobuf.Duration)'"
+        ));
+        assert!(error("-'a' == 'a'")
+            .contains("found no matching overload for '-_' applied to '(string)'"));
+    }
+
+    // The constructors of Kubernetes' library types and of CEL's duration
+    // and timestamp return their abstract types (`library/quantity.go`,
+    // `urls.go`, `ip.go`, `cidr.go`, `semver.go` declare no operator
+    // overloads on them; cel-go's standard declarations give timestamps and
+    // durations their arithmetic and comparisons), so operators upstream
+    // does not declare for them are compile errors naming the types.
+    #[test]
+    fn library_types_are_known_to_operators() {
+        for ok in [
+            "string(duration('1s')) == '1s'",
+            "int(timestamp('2000-01-01T00:00:00Z')) > 0",
+            "timestamp('2000-01-01T00:00:00Z') + duration('1h') > timestamp('2000-01-01T00:00:00Z')",
+            "timestamp('2000-01-01T00:00:00Z') - timestamp('1999-01-01T00:00:00Z') > duration('1h')",
+            "duration('1h') - duration('1m') < duration('2h')",
+            "timestamp(0) == timestamp('1970-01-01T00:00:00Z')",
+            "quantity('1') == quantity('1')",
+            "ip('1.2.3.4') == ip('1.2.3.4') && cidr('1.2.3.0/24') == cidr('1.2.3.0/24')",
+            "url('https://a/b') == url('https://a/b') && semver('1.0.0') == semver('1.0.0')",
+            "[quantity('1'), quantity('2')].size() == 2",
+            "string(ip('1.2.3.4')) == '1.2.3.4'",
+            "duration('1s') in [duration('1s')]",
+            "quantity('1').isLessThan(quantity('2'))",
+        ] {
+            compiles(ok);
+        }
+        for (bad, message) in [
+            (
+                "quantity('1') < quantity('2')",
+                "ERROR: <input>:1:15: found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'",
+            ),
+            (
+                "quantity('1') + 1 == quantity('2')",
+                "found no matching overload for '_+_' applied to '(kubernetes.Quantity, int)'",
+            ),
+            (
+                "ip('1.2.3.4') == '1.2.3.4'",
+                "found no matching overload for '_==_' applied to '(net.IP, string)'",
+            ),
+            (
+                "size(url('https://a/')) == 1",
+                "found no matching overload for 'size' applied to '(kubernetes.URL)'",
+            ),
+            (
+                "duration('1s') * 2 == duration('2s')",
+                "found no matching overload for '_*_' applied to '(google.protobuf.Duration, int)'",
+            ),
+            (
+                "[semver('1.0.0'), '2.0.0'].size() == 2",
+                "expected type 'kubernetes.Semver' but found 'string'",
+            ),
+        ] {
+            let got = error(bad);
+            assert!(got.contains(message), "{bad}: {got}");
+        }
     }
 
     // cel-go `cel/validator_test.go`, `TestValidateDurationLiterals` and

@@ -22,7 +22,25 @@ pub(super) enum Ty {
     Bytes,
     List(Box<Ty>),
     Map(Box<Ty>, Box<Ty>),
+    /// A value of one of [`OPAQUE`]'s types (its cel-go name).
+    Opaque(&'static str),
 }
+
+/// The abstract types the constructors of Kubernetes' libraries and of CEL
+/// return: (constructor, cel-go type name, a valid string argument).
+pub(super) const OPAQUE: &[(&str, &str, &str)] = &[
+    ("quantity", "kubernetes.Quantity", "0"),
+    ("url", "kubernetes.URL", "https://example.com/"),
+    ("ip", "net.IP", "192.168.0.1"),
+    ("cidr", "net.CIDR", "192.168.0.0/24"),
+    ("semver", "kubernetes.Semver", "1.0.0"),
+    ("duration", "google.protobuf.Duration", "1s"),
+    (
+        "timestamp",
+        "google.protobuf.Timestamp",
+        "2000-01-01T00:00:00Z",
+    ),
+];
 
 impl Ty {
     /// Whether the type is fully known (no [`Ty::Unknown`] anywhere in it).
@@ -59,6 +77,7 @@ impl Ty {
             Ty::Bytes => "bytes".into(),
             Ty::List(e) => format!("list({})", e.name()),
             Ty::Map(k, v) => format!("map({}, {})", k.name(), v.name()),
+            Ty::Opaque(name) => (*name).into(),
         }
     }
 
@@ -280,6 +299,14 @@ fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
         ("indexOf" | "lastIndexOf", Some(Ty::String)) => Ty::Int,
         ("split" | "findAll", Some(Ty::String)) => Ty::List(Box::new(Ty::String)),
         ("join", Some(Ty::List(e))) if **e == Ty::String => Ty::String,
+        // The constructors of the abstract types, on the argument types
+        // upstream declares for them.
+        (ctor, None) if args == [Ty::String] || (ctor == "timestamp" && args == [Ty::Int]) => {
+            match OPAQUE.iter().find(|(c, _, _)| *c == ctor) {
+                Some((_, ty, _)) => Ty::Opaque(ty),
+                None => Ty::Unknown,
+            }
+        }
         _ => Ty::Unknown,
     }
 }
