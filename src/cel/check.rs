@@ -208,7 +208,15 @@ impl Checker<'_> {
                     self.check_homogeneous_map(m, here);
                 }
             }
-            Expr::Select(s) => self.visit(&s.operand, here, false),
+            Expr::Select(s) => {
+                self.visit(&s.operand, here, false);
+                // cel-go's checker: a field the object type does not declare.
+                if let Ty::Object(o) = types::type_of(&s.operand, &mut self.scope) {
+                    if o.field(&s.field).is_none() {
+                        self.report(here, format!("undefined field '{}'", s.field));
+                    }
+                }
+            }
             Expr::Struct(s) => {
                 for en in &s.entries {
                     if let EntryExpr::StructField(f) = &en.expr {
@@ -842,6 +850,48 @@ mod tests {
         ] {
             let got = error(bad);
             assert!(got.contains(message), "{bad}: {got}");
+        }
+    }
+
+    // `request` and `namespaceObject` have the object types
+    // `plugin/cel/compile.go` declares (`BuildRequestType`,
+    // `BuildNamespaceType`): cel-go's checker refuses a field they do not
+    // declare (`undefined field`, at the selecting '.') and knows the types
+    // of those they do.
+    #[test]
+    fn request_and_namespace_object_fields_are_declared() {
+        assert_eq!(
+            error("request.uid != ''"),
+            "compilation failed: ERROR: <input>:1:8: undefined field 'uid'\n | request.uid != ''\n | .......^"
+        );
+        assert!(error("request.userInfo.userName == 'a'")
+            .contains("ERROR: <input>:1:17: undefined field 'userName'"));
+        // Upstream spells the namespace's uid `UID`.
+        assert!(error("namespaceObject.metadata.uid != ''")
+            .contains("ERROR: <input>:1:25: undefined field 'uid'"));
+        assert!(
+            error("namespaceObject.status.conditions.exists(c, c.foo == 'x')")
+                .contains("undefined field 'foo'")
+        );
+        assert!(error("request.operation + 1 == 2")
+            .contains("found no matching overload for '_+_' applied to '(string, int)'"));
+        assert!(error("[request.kind, request.resource].size() == 2").contains(
+            "expected type 'kubernetes.GroupVersionKind' but found 'kubernetes.GroupVersionResource'"
+        ));
+        for ok in [
+            "request.kind.group == '' && request.resource.resource == 'pods'",
+            "request.userInfo.groups.exists(g, g == 'system:masters')",
+            "request.userInfo.extra['a'][0] == 'b'",
+            "request.dryRun == true && request.options.foo == 1",
+            "request.namespace == null || request.kind == request.requestKind",
+            "namespaceObject.metadata.UID != ''",
+            "'team' in namespaceObject.metadata.labels",
+            "has(namespaceObject.metadata.labels) && namespaceObject.metadata.labels.team == 'a'",
+            "namespaceObject.status.conditions.exists(c, c.type == 'x')",
+            // A comprehension variable of the same name hides the declaration.
+            "[{'uid': 1}].all(request, request.uid == 1)",
+        ] {
+            compiles(ok);
         }
     }
 

@@ -24,7 +24,178 @@ pub(super) enum Ty {
     Map(Box<Ty>, Box<Ty>),
     /// A value of one of [`OPAQUE`]'s types (its cel-go name).
     Opaque(&'static str),
+    /// An object of a type Kubernetes declares with its fields
+    /// (`request`, `namespaceObject`).
+    Object(&'static ObjectType),
 }
+
+/// An object type Kubernetes declares for a variable
+/// (`plugin/cel/compile.go` `BuildRequestType`, `BuildNamespaceType`).
+#[derive(Debug)]
+pub(super) struct ObjectType {
+    name: &'static str,
+    fields: &'static [(&'static str, FieldType)],
+}
+
+impl PartialEq for ObjectType {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for ObjectType {}
+
+impl ObjectType {
+    /// The type of the field `name`, if the type declares it.
+    pub(super) fn field(&self, name: &str) -> Option<Ty> {
+        self.fields
+            .iter()
+            .find(|(f, _)| *f == name)
+            .map(|(_, t)| t.ty())
+    }
+}
+
+/// The type of a field of an [`ObjectType`].
+#[derive(Debug)]
+enum FieldType {
+    String,
+    Bool,
+    Int,
+    Timestamp,
+    Dyn,
+    Object(&'static ObjectType),
+    StringList,
+    ObjectList(&'static ObjectType),
+    StringMap,
+    StringListMap,
+}
+
+impl FieldType {
+    fn ty(&self) -> Ty {
+        let string_list = || Ty::List(Box::new(Ty::String));
+        match self {
+            FieldType::String => Ty::String,
+            FieldType::Bool => Ty::Bool,
+            FieldType::Int => Ty::Int,
+            FieldType::Timestamp => Ty::Opaque("google.protobuf.Timestamp"),
+            FieldType::Dyn => Ty::Dyn,
+            FieldType::Object(o) => Ty::Object(o),
+            FieldType::StringList => string_list(),
+            FieldType::ObjectList(o) => Ty::List(Box::new(Ty::Object(o))),
+            FieldType::StringMap => Ty::Map(Box::new(Ty::String), Box::new(Ty::String)),
+            FieldType::StringListMap => Ty::Map(Box::new(Ty::String), Box::new(string_list())),
+        }
+    }
+}
+
+static GROUP_VERSION_KIND: ObjectType = ObjectType {
+    name: "kubernetes.GroupVersionKind",
+    fields: &[
+        ("group", FieldType::String),
+        ("version", FieldType::String),
+        ("kind", FieldType::String),
+    ],
+};
+
+static GROUP_VERSION_RESOURCE: ObjectType = ObjectType {
+    name: "kubernetes.GroupVersionResource",
+    fields: &[
+        ("group", FieldType::String),
+        ("version", FieldType::String),
+        ("resource", FieldType::String),
+    ],
+};
+
+static USER_INFO: ObjectType = ObjectType {
+    name: "kubernetes.UserInfo",
+    fields: &[
+        ("username", FieldType::String),
+        ("uid", FieldType::String),
+        ("groups", FieldType::StringList),
+        ("extra", FieldType::StringListMap),
+    ],
+};
+
+/// `request` (`uid`, `object` and `oldObject` are left out upstream).
+static ADMISSION_REQUEST: ObjectType = ObjectType {
+    name: "kubernetes.AdmissionRequest",
+    fields: &[
+        ("kind", FieldType::Object(&GROUP_VERSION_KIND)),
+        ("resource", FieldType::Object(&GROUP_VERSION_RESOURCE)),
+        ("subResource", FieldType::String),
+        ("requestKind", FieldType::Object(&GROUP_VERSION_KIND)),
+        (
+            "requestResource",
+            FieldType::Object(&GROUP_VERSION_RESOURCE),
+        ),
+        ("requestSubResource", FieldType::String),
+        ("name", FieldType::String),
+        ("namespace", FieldType::String),
+        ("operation", FieldType::String),
+        ("userInfo", FieldType::Object(&USER_INFO)),
+        ("dryRun", FieldType::Bool),
+        ("options", FieldType::Dyn),
+    ],
+};
+
+static NAMESPACE_SPEC: ObjectType = ObjectType {
+    name: "kubernetes.NamespaceSpec",
+    fields: &[("finalizers", FieldType::StringList)],
+};
+
+static NAMESPACE_CONDITION: ObjectType = ObjectType {
+    name: "kubernetes.NamespaceCondition",
+    fields: &[
+        ("status", FieldType::String),
+        ("type", FieldType::String),
+        ("lastTransitionTime", FieldType::Timestamp),
+        ("message", FieldType::String),
+        ("reason", FieldType::String),
+    ],
+};
+
+static NAMESPACE_STATUS: ObjectType = ObjectType {
+    name: "kubernetes.NamespaceStatus",
+    fields: &[
+        ("conditions", FieldType::ObjectList(&NAMESPACE_CONDITION)),
+        ("phase", FieldType::String),
+    ],
+};
+
+/// `namespaceObject.metadata`: upstream declares these fields only (its
+/// uid is spelt `UID`).
+static NAMESPACE_METADATA: ObjectType = ObjectType {
+    name: "kubernetes.NamespaceMetadata",
+    fields: &[
+        ("name", FieldType::String),
+        ("generateName", FieldType::String),
+        ("namespace", FieldType::String),
+        ("labels", FieldType::StringMap),
+        ("annotations", FieldType::StringMap),
+        ("UID", FieldType::String),
+        ("creationTimestamp", FieldType::Timestamp),
+        ("deletionGracePeriodSeconds", FieldType::Int),
+        ("deletionTimestamp", FieldType::Timestamp),
+        ("generation", FieldType::Int),
+        ("resourceVersion", FieldType::String),
+        ("finalizers", FieldType::StringList),
+    ],
+};
+
+static NAMESPACE: ObjectType = ObjectType {
+    name: "kubernetes.Namespace",
+    fields: &[
+        ("metadata", FieldType::Object(&NAMESPACE_METADATA)),
+        ("spec", FieldType::Object(&NAMESPACE_SPEC)),
+        ("status", FieldType::Object(&NAMESPACE_STATUS)),
+    ],
+};
+
+/// The variables Kubernetes declares with object types.
+const OBJECT_VARIABLES: &[(&str, &ObjectType)] = &[
+    ("request", &ADMISSION_REQUEST),
+    ("namespaceObject", &NAMESPACE),
+];
 
 /// The abstract types the constructors of Kubernetes' libraries and of CEL
 /// return: (constructor, cel-go type name, a valid string argument).
@@ -78,6 +249,7 @@ impl Ty {
             Ty::List(e) => format!("list({})", e.name()),
             Ty::Map(k, v) => format!("map({}, {})", k.name(), v.name()),
             Ty::Opaque(name) => (*name).into(),
+            Ty::Object(o) => o.name.into(),
         }
     }
 
@@ -105,9 +277,9 @@ impl Ty {
 
 /// The variables upstream declares `dyn` for every MutatingAdmissionPolicy
 /// expression (`k8s.io/apiserver/pkg/admission/plugin/cel/compile.go`,
-/// `createEnvForOpts`). `request`, `namespaceObject` and `authorizer` have
-/// declared object types, and `variables.*` the types of their expressions:
-/// they are left unknown here.
+/// `createEnvForOpts`). `request` and `namespaceObject` have declared object
+/// types ([`OBJECT_VARIABLES`]); `authorizer` and `variables.*` are left
+/// unknown here.
 const DYN_VARIABLES: &[&str] = &["object", "oldObject", "params"];
 
 /// Variables bound by the comprehensions around an expression, innermost last.
@@ -134,6 +306,8 @@ impl Scope {
         }
         if DYN_VARIABLES.contains(&name) {
             Ty::Dyn
+        } else if let Some((_, o)) = OBJECT_VARIABLES.iter().find(|(v, _)| *v == name) {
+            Ty::Object(o)
         } else {
             Ty::Unknown
         }
@@ -185,6 +359,7 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
         Expr::Select(s) => match type_of(&s.operand, scope) {
             Ty::Dyn => Ty::Dyn,
             Ty::Map(k, v) if *k == Ty::String => *v,
+            Ty::Object(o) => o.field(&s.field).unwrap_or(Ty::Unknown),
             _ => Ty::Unknown,
         },
         Expr::List(l) => {
