@@ -67,10 +67,15 @@ pub(crate) struct FieldDef {
     pub(crate) default: Option<Value>,
 }
 
+/// A map keyed by names a schema declares (field and type names). Looked
+/// up on every step of every walk over an object, so hashed with foldhash
+/// rather than SipHash: the keys come from schemas, not from requests.
+type SchemaMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// A map or struct type (SMD `schema.Map`).
 #[derive(Debug, Default)]
 pub(crate) struct MapDef {
-    fields: HashMap<String, FieldDef>,
+    fields: SchemaMap<FieldDef>,
     /// Type of the keys not in `fields`; `None` means they are not allowed.
     pub(crate) element: Option<TypeSpec>,
     /// Unset means the default (separable).
@@ -84,7 +89,7 @@ impl MapDef {
         relationship: Option<Relationship>,
     ) -> MapDef {
         MapDef {
-            fields,
+            fields: fields.into_iter().collect(),
             element,
             relationship,
         }
@@ -212,7 +217,7 @@ impl Resolved {
 
 /// A set of named types, possibly layered over a parent set.
 pub(crate) struct SchemaData {
-    types: HashMap<String, Atom>,
+    types: SchemaMap<Atom>,
     parent: Option<Arc<SchemaData>>,
 }
 
@@ -227,7 +232,10 @@ impl fmt::Debug for SchemaData {
 
 impl SchemaData {
     pub(crate) fn new(types: HashMap<String, Atom>, parent: Option<Arc<SchemaData>>) -> SchemaData {
-        SchemaData { types, parent }
+        SchemaData {
+            types: types.into_iter().collect(),
+            parent,
+        }
     }
 
     fn named(&self, name: &str) -> Option<&Atom> {
