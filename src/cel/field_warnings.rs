@@ -2,7 +2,8 @@
 //! (`object.spec.replicaz`, `has(object.spec.replicaz)`,
 //! `object.?spec.?replicaz`, and through comprehension variables over a
 //! declared list: `object.spec.template.spec.containers.all(c, c.imagez)`)
-//! that the schema of the policy's kinds does not declare.
+//! that the schema of the policy's kinds does not declare, and the same on
+//! `params` against the schema of the policy's `paramKind`.
 //!
 //! Upstream declares `object` and `oldObject` `dyn` for MutatingAdmissionPolicy
 //! expressions, so such a selection compiles and fails (or is absent) at run
@@ -52,9 +53,10 @@ pub fn policy_field_warnings(
     let Some(kinds) = matched_kinds(policy, table, schemas) else {
         return Vec::new();
     };
+    let params = param_kind(policy, schemas);
     let mut out = Vec::new();
     for (field, source) in expressions(policy) {
-        for (path, message) in expression_warnings(&source, &kinds) {
+        for (path, message) in expression_warnings(&source, &kinds, params.as_ref()) {
             out.push(FieldWarning {
                 policy: policy.name.clone(),
                 field: field.clone(),
@@ -148,6 +150,25 @@ fn matched_kinds(
     Some(kinds)
 }
 
+/// The policy's `paramKind` with its schema, when both are known.
+fn param_kind(policy: &Policy, schemas: &SchemaStore) -> Option<Kind> {
+    let pk = policy.param_kind.as_ref()?;
+    let (group, version) = pk
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &pk.api_version));
+    let ty = schemas.lookup(group, version, &pk.kind)?;
+    Some(Kind {
+        gvk: GroupVersionKind {
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: pk.kind.clone(),
+        },
+        schema: ty.schema,
+        root: ty.spec,
+    })
+}
+
 /// Go's `schema.GroupVersionKind.String()`.
 fn gvk_string(gvk: &GroupVersionKind) -> String {
     format!("{}/{}, Kind={}", gvk.group, gvk.version, gvk.kind)
@@ -155,7 +176,11 @@ fn gvk_string(gvk: &GroupVersionKind) -> String {
 
 /// The warnings of one expression, (path, message) each, in source order
 /// (none when it does not parse).
-fn expression_warnings(source: &str, kinds: &[Kind]) -> Vec<(String, String)> {
+fn expression_warnings(
+    source: &str,
+    kinds: &[Kind],
+    params: Option<&Kind>,
+) -> Vec<(String, String)> {
     // The parser recurses per nesting level: parse on a large stack, as
     // compiling does (once per expression, at load time).
     std::thread::scope(|scope| {
@@ -176,6 +201,7 @@ fn expression_warnings(source: &str, kinds: &[Kind]) -> Vec<(String, String)> {
                 };
                 let mut walker = Walker {
                     kinds,
+                    params: params.map(std::slice::from_ref).unwrap_or_default(),
                     info: &info,
                     bound: Vec::new(),
                     found: BTreeMap::new(),
@@ -195,6 +221,8 @@ fn expression_warnings(source: &str, kinds: &[Kind]) -> Vec<(String, String)> {
 struct Element {
     path: String,
     specs: Vec<TypeSpec>,
+    /// Whether the list is in `params` (else in `object`/`oldObject`).
+    params: bool,
 }
 
 /// One step of a selection chain.
@@ -207,6 +235,8 @@ enum Step {
 
 struct Walker<'a> {
     kinds: &'a [Kind],
+    /// The param kind, when the policy has one whose schema is known.
+    params: &'a [Kind],
     info: &'a SourceInfo,
     /// Comprehension variables in scope, innermost last (they shadow
     /// `object`): those ranging over a list the schemas declare carry its
@@ -273,22 +303,30 @@ impl Walker<'_> {
         }
     }
 
-    /// Where a chain's root starts in each kind's schema, and how its path
-    /// is written: `object`/`oldObject`, or a variable over declared list
-    /// elements; `None` for anything else.
-    fn root(&self, name: &str) -> Option<(String, Vec<TypeSpec>)> {
+    /// Where a chain's root starts: how its path is written (`object`,
+    /// `oldObject`, `params`, or a variable over declared list elements),
+    /// the kinds whose schemas it is in, and its type in each; `None` for
+    /// anything else.
+    fn root(&self, name: &str) -> Option<Root<'_>> {
         if let Some((_, element)) = self.bound.iter().rev().find(|(n, _)| n == name) {
             let element = element.as_ref()?;
-            return Some((element.path.clone(), element.specs.clone()));
+            let kinds = if element.params {
+                self.params
+            } else {
+                self.kinds
+            };
+            return Some((element.path.clone(), kinds, element.specs.clone()));
         }
-        if name == "object" || name == "oldObject" {
-            Some((
-                name.to_string(),
-                self.kinds.iter().map(|k| k.root.clone()).collect(),
-            ))
-        } else {
-            None
-        }
+        let kinds = match name {
+            "object" | "oldObject" => self.kinds,
+            "params" if !self.params.is_empty() => self.params,
+            _ => return None,
+        };
+        Some((
+            name.to_string(),
+            kinds,
+            kinds.iter().map(|k| k.root.clone()).collect(),
+        ))
     }
 
     /// The elements of the list `range` selects, when every kind declares it
@@ -297,16 +335,22 @@ impl Walker<'_> {
         let mut steps = Vec::new();
         let name = chain(range, &mut steps)?;
         steps.reverse();
-        let (mut path, starts) = self.root(&name)?;
+        let (mut path, kinds, starts) = self.root(&name)?;
         let mut specs = Vec::new();
-        for (kind, start) in self.kinds.iter().zip(starts) {
+        for (kind, start) in kinds.iter().zip(starts) {
             let spec = walk(kind, start, &steps)?;
             let list = kind.schema.resolve(&spec)?.list?;
             specs.push(list.def.element.clone());
         }
         push_path(&mut path, &steps);
         path.push_str("[*]");
-        Some(Element { path, specs })
+        // `root` hands out `self.params` itself for chains in `params`.
+        let params = std::ptr::eq(kinds, self.params);
+        Some(Element {
+            path,
+            specs,
+            params,
+        })
     }
 
     /// If `e` selects from `object`, `oldObject` or a variable over their
@@ -317,11 +361,11 @@ impl Walker<'_> {
         let Some(root) = chain(e, &mut steps) else {
             return;
         };
-        let Some((root, starts)) = self.root(&root) else {
+        let Some((root, kinds, starts)) = self.root(&root) else {
             return;
         };
         steps.reverse();
-        let Some((index, id)) = self.first_absent(&starts, &steps) else {
+        let Some((index, id)) = first_absent(kinds, &starts, &steps) else {
             return;
         };
         let Step::Field(name, _) = &steps[index] else {
@@ -347,23 +391,27 @@ impl Walker<'_> {
             .join("\n");
         self.found.insert(offset, (path, message));
     }
+}
 
-    /// The index and node of the first field step that no kind declares,
-    /// if every kind lacks it.
-    fn first_absent(&self, starts: &[TypeSpec], steps: &[Step]) -> Option<(usize, u64)> {
-        let mut first: Option<(usize, u64)> = None;
-        for (kind, start) in self.kinds.iter().zip(starts) {
-            let (i, id) = absent_in(kind, start.clone(), steps)?;
-            match first {
-                None => first = Some((i, id)),
-                Some((j, _)) if j == i => {}
-                // The kinds disagree on where the selection leaves the
-                // schema: report nothing rather than guess.
-                Some(_) => return None,
-            }
+/// Where a chain starts: its written path, the kinds it is in, and its type
+/// in each.
+type Root<'k> = (String, &'k [Kind], Vec<TypeSpec>);
+
+/// The index and node of the first field step that none of `kinds`
+/// declares (from `starts`), if every kind lacks it.
+fn first_absent(kinds: &[Kind], starts: &[TypeSpec], steps: &[Step]) -> Option<(usize, u64)> {
+    let mut first: Option<(usize, u64)> = None;
+    for (kind, start) in kinds.iter().zip(starts) {
+        let (i, id) = absent_in(kind, start.clone(), steps)?;
+        match first {
+            None => first = Some((i, id)),
+            Some((j, _)) if j == i => {}
+            // The kinds disagree on where the selection leaves the
+            // schema: report nothing rather than guess.
+            Some(_) => return None,
         }
-        first
     }
+    first
 }
 
 /// Appends the written form of `steps` to `path`.
@@ -535,6 +583,36 @@ mod tests {
     // The Kubernetes documentation's type-checking example
     // (reference/access-authn-authz/validating-admission-policy, "Type
     // checking"): one warning block per matched kind.
+    // `policy/validating/typechecking.go` types `params` with the schema
+    // of the paramKind as well; kmutate warns the same way.
+    #[test]
+    fn params_fields_are_checked_against_the_param_kind() {
+        let with_params = |expression: &str| {
+            let mut p = policy(rule("apps", &["deployments"]), expression);
+            p.param_kind = Some(crate::api::ParamKind {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            });
+            let table = ResourceTable::new(&[]);
+            policy_field_warnings(&p, &table, &SchemaStore::with_crds(&[]))
+        };
+        let w = with_params("params.dataz.x == 'y'");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].path, "params.dataz");
+        assert_eq!(
+            w[0].message,
+            "apps/v1, Kind=Deployment: ERROR: <input>:1:7: undefined field 'dataz'\n | params.dataz.x == 'y'\n | ......^"
+        );
+        // `data` is a map of free keys; `metadata` is declared.
+        assert!(with_params("params.data.x == 'y' && params.metadata.name != ''").is_empty());
+        // Through a comprehension over a declared list of the param kind.
+        let w = with_params("params.metadata.ownerReferences.all(r, r.kindz != '')");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].path, "params.metadata.ownerReferences[*].kindz");
+        // Without a paramKind nothing is known of `params`.
+        assert!(warnings(rule("apps", &["deployments"]), "params.dataz == 1").is_empty());
+    }
+
     #[test]
     fn upstream_documentation_examples() {
         let w = warnings(rule("apps", &["deployments"]), "object.replicas > 1");
