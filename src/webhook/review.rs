@@ -152,7 +152,7 @@ impl Answer {
     /// Admitted with `object` for `original`: the patch between them, none
     /// when they are equal.
     pub fn admit(original: &Json, object: &Json, warnings: Vec<String>) -> Answer {
-        let patch = json_patch::diff(original, object);
+        let patch = crate::mutation::diff::diff(original, object);
         let patch = if patch.0.is_empty() {
             None
         } else {
