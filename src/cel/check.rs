@@ -45,19 +45,42 @@ struct Issue {
     message: String,
 }
 
-/// Checks `ast` (already rewritten), parsed from `info.source`; the error,
-/// in upstream's words, if upstream refuses it.
+/// The static type of an expression's result, as far as the checks know it.
+#[derive(Debug, Clone)]
+pub(crate) struct OutputType(Ty);
+
+/// The policy variables declared so far, with the types of their
+/// expressions: what `variables` is to the expressions compiled next
+/// (upstream's `CompositedCompiler` declares each variable for the
+/// variables after it and for the match conditions and mutations).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeclaredVariables(Vec<(String, Ty)>);
+
+impl DeclaredVariables {
+    /// Declares `name`, of the type of its compiled expression (`dyn`, as
+    /// upstream declares it, when it did not compile).
+    pub(crate) fn declare(&mut self, name: &str, output: Option<&OutputType>) {
+        let ty = output.map_or(Ty::Dyn, |o| o.0.clone());
+        self.0.push((name.to_string(), ty));
+    }
+}
+
+/// Checks `ast` (already rewritten), parsed from `info.source`, with
+/// `variables` declared when known; the error, in upstream's words, if
+/// upstream refuses it, else the type of the result.
 pub(crate) fn check(
     env: &Arc<Env>,
     ast: &IdedExpr,
     info: &SourceInfo,
     patch_types: bool,
-) -> Result<(), CompileError> {
+    variables: Option<&DeclaredVariables>,
+) -> Result<OutputType, CompileError> {
+    let scope = variables.map_or_else(Scope::default, |v| Scope::with_variables(&v.0));
     let mut checker = Checker {
         env,
         info,
         patch_types,
-        scope: Scope::default(),
+        scope,
         type_errors: Vec::new(),
         validator_errors: Vec::new(),
     };
@@ -78,7 +101,7 @@ pub(crate) fn check(
             message,
             stage: CompileStage::ProgramInstantiation,
         }),
-        None => Ok(()),
+        None => Ok(OutputType(types::type_of(ast, &mut checker.scope))),
     }
 }
 
@@ -211,10 +234,13 @@ impl Checker<'_> {
             Expr::Select(s) => {
                 self.visit(&s.operand, here, false);
                 // cel-go's checker: a field the object type does not declare.
-                if let Ty::Object(o) = types::type_of(&s.operand, &mut self.scope) {
-                    if o.field(&s.field).is_none() {
-                        self.report(here, format!("undefined field '{}'", s.field));
-                    }
+                let declared = match types::type_of(&s.operand, &mut self.scope) {
+                    Ty::Object(o) => o.field(&s.field).is_some(),
+                    Ty::Variables(vs) => vs.iter().any(|(n, _)| *n == s.field),
+                    _ => true,
+                };
+                if !declared {
+                    self.report(here, format!("undefined field '{}'", s.field));
                 }
             }
             Expr::Struct(s) => {

@@ -4,6 +4,7 @@
 
 pub mod access;
 mod check;
+pub(crate) use check::DeclaredVariables;
 pub mod convert;
 pub mod cost;
 pub mod field_warnings;
@@ -60,6 +61,8 @@ impl std::fmt::Display for CompileStage {
 pub struct CompiledExpression {
     source: String,
     ast: IdedExpr,
+    /// The static type of the result, as far as the checks know it.
+    output: check::OutputType,
     /// The cost of the part of the tree that always runs (see `cost`).
     root_cost: u64,
     /// The identifiers the expression reads, sorted (to skip building
@@ -68,6 +71,11 @@ pub struct CompiledExpression {
 }
 
 impl CompiledExpression {
+    /// The static type of the result, for declaring a variable of it.
+    pub(crate) fn output_type(&self) -> &check::OutputType {
+        &self.output
+    }
+
     /// The CEL source.
     pub fn source(&self) -> &str {
         &self.source
@@ -168,7 +176,19 @@ impl CelEnvironment {
 
     /// Parses and prepares `source`.
     pub fn compile(&self, source: &str) -> Result<CompiledExpression, CompileError> {
-        self.compile_with(source, true, true)
+        self.compile_with(source, true, true, None)
+    }
+
+    /// [`CelEnvironment::compile`] of a policy expression that sees
+    /// `variables` as declared (a variable sees those before it), with the
+    /// patch types only for mutations.
+    pub(crate) fn compile_in_policy(
+        &self,
+        source: &str,
+        patch_types: bool,
+        variables: &DeclaredVariables,
+    ) -> Result<CompiledExpression, CompileError> {
+        self.compile_with(source, true, patch_types, Some(variables))
     }
 
     /// [`CelEnvironment::compile`] for a variable or match condition: as
@@ -178,14 +198,14 @@ impl CelEnvironment {
         &self,
         source: &str,
     ) -> Result<CompiledExpression, CompileError> {
-        self.compile_with(source, true, false)
+        self.compile_with(source, true, false, None)
     }
 
     /// Parses and prepares `source` without the cost metering: for tests
     /// comparing metered and unmetered evaluations.
     #[doc(hidden)]
     pub fn compile_unmetered(&self, source: &str) -> Result<CompiledExpression, CompileError> {
-        self.compile_with(source, false, true)
+        self.compile_with(source, false, true, None)
     }
 
     fn compile_with(
@@ -193,6 +213,7 @@ impl CelEnvironment {
         source: &str,
         metered: bool,
         patch_types: bool,
+        variables: Option<&DeclaredVariables>,
     ) -> Result<CompiledExpression, CompileError> {
         check_nesting(source)?;
         // The parser recurses deeply per nesting level (much more in debug
@@ -203,7 +224,7 @@ impl CelEnvironment {
                 .name("cel-compile".into())
                 .stack_size(COMPILE_STACK_BYTES)
                 .spawn_scoped(scope, || {
-                    self.compile_on_this_thread(source, metered, patch_types)
+                    self.compile_on_this_thread(source, metered, patch_types, variables)
                 })
                 .map_err(|e| CompileError {
                     message: format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}"),
@@ -224,6 +245,7 @@ impl CelEnvironment {
         source: &str,
         metered: bool,
         patch_types: bool,
+        variables: Option<&DeclaredVariables>,
     ) -> Result<CompiledExpression, CompileError> {
         let parser = self.env.parser().max_recursion_depth(MAX_PARSE_DEPTH);
         let (mut ast, source_info) =
@@ -238,7 +260,7 @@ impl CelEnvironment {
             message: format!("ERROR: <input>:1:1: {m}"),
             ..Default::default()
         })?;
-        check::check(&self.env, &ast, &source_info, patch_types)?;
+        let output = check::check(&self.env, &ast, &source_info, patch_types, variables)?;
         let mut identifiers = Vec::new();
         collect_identifiers(&ast, &mut identifiers);
         identifiers.sort();
@@ -251,6 +273,7 @@ impl CelEnvironment {
         Ok(CompiledExpression {
             source: source.to_string(),
             ast,
+            output,
             root_cost,
             identifiers,
         })

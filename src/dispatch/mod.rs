@@ -16,7 +16,7 @@ use crate::cel::authz;
 use crate::cel::convert::val_to_json;
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
-use crate::cel::{CelEnvironment, CompiledExpression};
+use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
@@ -108,14 +108,12 @@ impl CompiledPolicy {
     ) -> (CompiledPolicy, Vec<PolicyCompileError>) {
         let mut errors = Vec::new();
         // Upstream compiles variables and match conditions without the patch
-        // types, mutations with them (compilation.go, `HasPatchTypes`).
-        let mut compile = |field: String, source: &str| {
+        // types, mutations with them (compilation.go, `HasPatchTypes`); each
+        // variable sees the ones before it, the rest see them all.
+        let mut declared = DeclaredVariables::default();
+        let mut compile = |field: String, source: &str, declared: &DeclaredVariables| {
             let is_mutation = field.starts_with("spec.mutations");
-            let compiled = if is_mutation {
-                env.compile(source)
-            } else {
-                env.compile_without_patch_types(source)
-            };
+            let compiled = env.compile_in_policy(source, is_mutation, declared);
             match compiled {
                 Ok(c) => Ok(c),
                 Err(e) => {
@@ -128,27 +126,31 @@ impl CompiledPolicy {
                 }
             }
         };
+        let variables: Vec<CompiledVariable> = policy
+            .variables
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let field = format!("spec.variables[{i}].expression");
+                let expression = compile(field, &v.expression, &declared);
+                let output = expression
+                    .as_ref()
+                    .ok()
+                    .map(CompiledExpression::output_type);
+                declared.declare(&v.name, output);
+                CompiledVariable {
+                    name: v.name.clone(),
+                    expression,
+                }
+            })
+            .collect();
         let match_conditions: Vec<(String, Result<CompiledExpression, String>)> = policy
             .match_conditions
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                (
-                    c.name.clone(),
-                    compile(
-                        format!("spec.matchConditions[{i}].expression"),
-                        &c.expression,
-                    ),
-                )
-            })
-            .collect();
-        let variables: Vec<CompiledVariable> = policy
-            .variables
-            .iter()
-            .enumerate()
-            .map(|(i, v)| CompiledVariable {
-                name: v.name.clone(),
-                expression: compile(format!("spec.variables[{i}].expression"), &v.expression),
+                let field = format!("spec.matchConditions[{i}].expression");
+                (c.name.clone(), compile(field, &c.expression, &declared))
             })
             .collect();
         let mutations: Vec<(PatchType, Result<CompiledExpression, String>)> = policy
@@ -165,6 +167,7 @@ impl CompiledPolicy {
                     compile(
                         format!("spec.mutations[{i}].{sub}.expression"),
                         &m.expression,
+                        &declared,
                     ),
                 )
             })
@@ -1017,4 +1020,83 @@ fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
         });
     }
     Ok(MutationValue::Patch(ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{policy_from_json, SourceRef};
+    use serde_json::json;
+
+    /// The compile errors of a policy with these variables and mutation.
+    fn compile_errors(variables: Json, mutation: &str) -> Vec<String> {
+        let doc = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1beta1",
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": "p"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "variables": variables,
+                "mutations": [{"patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": mutation}}]
+            }
+        });
+        let policy = policy_from_json(&doc, SourceRef::default()).expect("valid policy");
+        let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy);
+        errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
+    // Upstream's `plugin/cel/composition.go` (`CompositedCompiler`):
+    // `variables` is an object whose fields are the variables compiled so
+    // far, each of its expression's type (`dyn` when it did not compile).
+    #[test]
+    fn variables_are_declared_in_order_with_their_types() {
+        let label = "Object{metadata: Object.metadata{labels: {'a': 'b'}}}";
+        assert!(compile_errors(
+            json!([{"name": "name", "expression": "object.metadata.name"},
+                   {"name": "upper", "expression": "variables.name.upperAscii()"}]),
+            &format!("variables.upper == '' ? {label} : {label}"),
+        )
+        .is_empty());
+        // A name no variable has, or one declared later.
+        let e = compile_errors(
+            json!([]),
+            &format!("variables.missing == 1 ? {label} : {label}"),
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("ERROR: <input>:1:10: undefined field 'missing'"),
+            "{e:?}"
+        );
+        let e = compile_errors(
+            json!([{"name": "first", "expression": "variables.second"},
+                   {"name": "second", "expression": "'x'"}]),
+            label,
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("spec.variables[0].expression: "), "{e:?}");
+        assert!(e[0].contains("undefined field 'second'"), "{e:?}");
+        // A variable's type reaches the operators that read it.
+        let e = compile_errors(
+            json!([{"name": "s", "expression": "'x'"}]),
+            &format!("variables.s + 1 == 2 ? {label} : {label}"),
+        );
+        assert!(
+            e.iter()
+                .any(|m| m
+                    .contains("found no matching overload for '_+_' applied to '(string, int)'")),
+            "{e:?}"
+        );
+        // One that does not compile is `dyn`: no second error follows from it.
+        let e = compile_errors(
+            json!([{"name": "broken", "expression": "'x' +"}]),
+            &format!("variables.broken + 1 == 2 ? {label} : {label}"),
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("spec.variables[0].expression: "), "{e:?}");
+    }
 }

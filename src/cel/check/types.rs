@@ -5,6 +5,7 @@
 //! Anything else is [`Ty::Unknown`], which no check ever reports on.
 
 use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr, LiteralValue};
+use std::sync::Arc;
 
 /// A static type, named as cel-go's `FormatCELType` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +28,9 @@ pub(super) enum Ty {
     /// An object of a type Kubernetes declares with its fields
     /// (`request`, `namespaceObject`).
     Object(&'static ObjectType),
+    /// `variables`: the policy's variables declared so far, with the types
+    /// of their expressions (upstream's composited `variables` object).
+    Variables(Arc<[(String, Ty)]>),
 }
 
 /// An object type Kubernetes declares for a variable
@@ -250,6 +254,7 @@ impl Ty {
             Ty::Map(k, v) => format!("map({}, {})", k.name(), v.name()),
             Ty::Opaque(name) => (*name).into(),
             Ty::Object(o) => o.name.into(),
+            Ty::Variables(_) => "kubernetes.variables".into(),
         }
     }
 
@@ -286,9 +291,19 @@ const DYN_VARIABLES: &[&str] = &["object", "oldObject", "params"];
 #[derive(Default)]
 pub(super) struct Scope {
     bound: Vec<(String, Ty)>,
+    /// The type of `variables`, when the declared variables are known.
+    variables: Option<Ty>,
 }
 
 impl Scope {
+    /// A scope where `variables` has the declared variables' types.
+    pub(super) fn with_variables(declared: &[(String, Ty)]) -> Scope {
+        Scope {
+            bound: Vec::new(),
+            variables: Some(Ty::Variables(declared.into())),
+        }
+    }
+
     /// Binds `name` to `ty` until the matching [`Scope::pop`].
     pub(super) fn push(&mut self, name: &str, ty: Ty) {
         self.bound.push((name.to_string(), ty));
@@ -306,6 +321,8 @@ impl Scope {
         }
         if DYN_VARIABLES.contains(&name) {
             Ty::Dyn
+        } else if let (Some(t), "variables") = (&self.variables, name) {
+            t.clone()
         } else if let Some((_, o)) = OBJECT_VARIABLES.iter().find(|(v, _)| *v == name) {
             Ty::Object(o)
         } else {
@@ -360,6 +377,10 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
             Ty::Dyn => Ty::Dyn,
             Ty::Map(k, v) if *k == Ty::String => *v,
             Ty::Object(o) => o.field(&s.field).unwrap_or(Ty::Unknown),
+            Ty::Variables(vs) => vs
+                .iter()
+                .find(|(n, _)| *n == s.field)
+                .map_or(Ty::Unknown, |(_, t)| t.clone()),
             _ => Ty::Unknown,
         },
         Expr::List(l) => {
