@@ -60,8 +60,22 @@ impl DeclaredVariables {
     /// Declares `name`, of the type of its compiled expression (`dyn`, as
     /// upstream declares it, when it did not compile).
     pub(crate) fn declare(&mut self, name: &str, output: Option<&OutputType>) {
-        let ty = output.map_or(Ty::Dyn, |o| o.0.clone());
+        let ty = output.map_or(Ty::Dyn, |o| declared_type(&o.0));
         self.0.push((name.to_string(), ty));
+    }
+}
+
+/// The type a variable is declared with for an expression of type `t`
+/// (upstream's `convertCelTypeToDeclType`): scalars, durations, timestamps,
+/// lists and maps keep their types; object and abstract library types
+/// become `dyn`.
+fn declared_type(t: &Ty) -> Ty {
+    match t {
+        Ty::List(e) => Ty::List(Box::new(declared_type(e))),
+        Ty::Map(k, v) => Ty::Map(Box::new(declared_type(k)), Box::new(declared_type(v))),
+        Ty::Opaque(name) if name.starts_with("google.protobuf.") => t.clone(),
+        Ty::Opaque(_) | Ty::Object(_) | Ty::Variables(_) => Ty::Dyn,
+        _ => t.clone(),
     }
 }
 

@@ -1091,6 +1091,16 @@ mod tests {
                     .contains("found no matching overload for '_+_' applied to '(string, int)'")),
             "{e:?}"
         );
+        // Object and library types are declared `dyn`
+        // (`convertCelTypeToDeclType`): their fields are not checked.
+        assert!(compile_errors(
+            json!([{"name": "user", "expression": "request.userInfo"},
+                   {"name": "q", "expression": "quantity('1')"}]),
+            &format!(
+                "variables.user.anything == '' && variables.q.isInteger() ? {label} : {label}"
+            ),
+        )
+        .is_empty());
         // One that does not compile is `dyn`: no second error follows from it.
         let e = compile_errors(
             json!([{"name": "broken", "expression": "'x' +"}]),
