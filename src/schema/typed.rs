@@ -363,7 +363,8 @@ impl Validator<'_> {
                     }
                 };
                 let indexed = matches!(pe, PathElement::Index(_));
-                if !indexed && !seen.insert(pe.identity()) && !self.allow_duplicates {
+                // With duplicates allowed no identity is needed.
+                if !self.allow_duplicates && !indexed && !seen.insert(pe.identity()) {
                     errs.push(error(format!("duplicate entries for key {}", pe.render())));
                 }
                 let errors = self.validate(&list.def.element, child, depth + 1);
