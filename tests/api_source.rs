@@ -509,7 +509,6 @@ fn the_serve_binary_reads_policies_from_the_api() {
     // `kmutate serve --source api` with $KUBECONFIG naming the fake:
     // policies load, and `authorizer` checks go to SubjectAccessReviews by
     // default.
-    use std::io::BufRead as _;
     use std::process::{Command, Stdio};
     let dir = scratch("api_source", "binary");
     run(Duration::from_secs(120), async {
@@ -562,19 +561,7 @@ fn the_serve_binary_reads_policies_from_the_api() {
             }
         }
         let child = Reaped(child);
-        let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if lines_tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
+        let lines = support::json_lines(stderr);
         // Both lines, in whichever order they come.
         let mut listen = None;
         let mut loaded = false;

@@ -12,6 +12,8 @@
 //! not in the Kubernetes schemas, so the fields checked here are the ones the
 //! wiring depends on.
 
+mod support;
+
 use clap::{Args as _, FromArgMatches as _};
 use kmutate::webhook::cli::ServeArgs;
 use kmutate::webhook::client::{get_plain, Client};
@@ -783,13 +785,8 @@ fn deployment_as_written_serves_the_webhook() {
         .unwrap()
     };
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(60), async {
+    support::run(Duration::from_secs(60), async {
+        {
             let server = start(config).await.expect("server starts");
             assert!(server.wait_ready(Duration::from_secs(30)).await);
             // Each ConfigMap file loads once (not again through the
@@ -843,11 +840,8 @@ fn deployment_as_written_serves_the_webhook() {
             assert_eq!(r.status, 200);
             assert!(r.text().contains("kmutate_webhook_requests_total{"));
             server.shutdown().await;
-        })
-        .await
-        .expect("finished in time")
+        }
     });
-    rt.shutdown_timeout(Duration::from_millis(100));
 }
 
 // ------------------------------------------------------- dashboard, alerts

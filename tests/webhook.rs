@@ -7,7 +7,7 @@ use base64::Engine as _;
 use kmutate::webhook::client::{get_plain, Client, Connection};
 use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::tls::{self, CertFiles};
-use kmutate::webhook::{start, ServeConfig, Server, TlsSource};
+use kmutate::webhook::{ServeConfig, Server, TlsSource};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::run;
+use support::{run, started};
 
 /// A fresh folder under the target directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
@@ -45,20 +45,14 @@ fn fixture(kind: &str) -> PathBuf {
 }
 
 fn config(dir: &Path, policies: Vec<PathBuf>, bindings: Vec<PathBuf>) -> ServeConfig {
-    ServeConfig {
-        sources: EngineSources {
+    support::config(
+        dir,
+        EngineSources {
             policies,
             bindings,
             resources: Vec::new(),
         },
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-        tls: TlsSource::SelfSigned {
-            dir: dir.join("tls"),
-            names: Vec::new(),
-        },
-        ..ServeConfig::new()
-    }
+    )
 }
 
 /// Writes `yaml` (policies and bindings) to `dir/policies.yaml`.
@@ -66,15 +60,6 @@ fn write_policies(dir: &Path, yaml: &str) -> PathBuf {
     let path = dir.join("policies.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
-}
-
-async fn started(config: ServeConfig) -> Server {
-    let server = start(config).await.expect("server starts");
-    assert!(
-        server.wait_ready(Duration::from_secs(20)).await,
-        "policies load"
-    );
-    server
 }
 
 fn client(server: &Server, http2: bool) -> Client {
@@ -806,7 +791,6 @@ fn shutdown_during_load_loses_no_accepted_request() {
 #[cfg(unix)]
 #[test]
 fn the_serve_binary_drains_and_exits_on_sigterm() {
-    use std::io::BufRead as _;
     use std::process::{Command, Stdio};
     let dir = scratch("sigterm");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kmutate"))
@@ -825,20 +809,8 @@ fn the_serve_binary_drains_and_exits_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("kmutate serve starts");
-    let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
     let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if lines_tx.send(v).is_err() {
-                    break;
-                }
-            }
-        }
-    });
+    let lines = support::json_lines(stderr);
     let next = |what: &str| -> Value {
         loop {
             match lines.recv_timeout(Duration::from_secs(30)) {

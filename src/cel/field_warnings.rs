@@ -315,18 +315,24 @@ impl Walker<'_> {
             } else {
                 self.kinds
             };
-            return Some((element.path.clone(), kinds, element.specs.clone()));
+            return Some(Root {
+                path: element.path.clone(),
+                kinds,
+                starts: element.specs.clone(),
+                params: element.params,
+            });
         }
-        let kinds = match name {
-            "object" | "oldObject" => self.kinds,
-            "params" if !self.params.is_empty() => self.params,
+        let (kinds, params) = match name {
+            "object" | "oldObject" => (self.kinds, false),
+            "params" if !self.params.is_empty() => (self.params, true),
             _ => return None,
         };
-        Some((
-            name.to_string(),
+        Some(Root {
+            path: name.to_string(),
             kinds,
-            kinds.iter().map(|k| k.root.clone()).collect(),
-        ))
+            starts: kinds.iter().map(|k| k.root.clone()).collect(),
+            params,
+        })
     }
 
     /// The elements of the list `range` selects, when every kind declares it
@@ -335,7 +341,12 @@ impl Walker<'_> {
         let mut steps = Vec::new();
         let name = chain(range, &mut steps)?;
         steps.reverse();
-        let (mut path, kinds, starts) = self.root(&name)?;
+        let Root {
+            mut path,
+            kinds,
+            starts,
+            params,
+        } = self.root(&name)?;
         let mut specs = Vec::new();
         for (kind, start) in kinds.iter().zip(starts) {
             let spec = walk(kind, start, &steps)?;
@@ -344,8 +355,6 @@ impl Walker<'_> {
         }
         push_path(&mut path, &steps);
         path.push_str("[*]");
-        // `root` hands out `self.params` itself for chains in `params`.
-        let params = std::ptr::eq(kinds, self.params);
         Some(Element {
             path,
             specs,
@@ -361,11 +370,11 @@ impl Walker<'_> {
         let Some(root) = chain(e, &mut steps) else {
             return;
         };
-        let Some((root, kinds, starts)) = self.root(&root) else {
+        let Some(root) = self.root(&root) else {
             return;
         };
         steps.reverse();
-        let Some((index, id)) = first_absent(kinds, &starts, &steps) else {
+        let Some((index, id)) = first_absent(root.kinds, &root.starts, &steps) else {
             return;
         };
         let Step::Field(name, _) = &steps[index] else {
@@ -374,7 +383,7 @@ impl Walker<'_> {
         let Some((offset, _)) = self.info.offset_for(id) else {
             return;
         };
-        let mut path = root;
+        let mut path = root.path;
         push_path(&mut path, &steps[..=index]);
         // As `policy/validating/typechecking.go` reports it: the checker's
         // error for each kind, prefixed with the kind.
@@ -393,9 +402,17 @@ impl Walker<'_> {
     }
 }
 
-/// Where a chain starts: its written path, the kinds it is in, and its type
-/// in each.
-type Root<'k> = (String, &'k [Kind], Vec<TypeSpec>);
+/// Where a chain starts.
+struct Root<'k> {
+    /// How it is written.
+    path: String,
+    /// The kinds whose schemas it is in.
+    kinds: &'k [Kind],
+    /// Its type in each.
+    starts: Vec<TypeSpec>,
+    /// Whether it is in `params` (else in `object`/`oldObject`).
+    params: bool,
+}
 
 /// The index and node of the first field step that none of `kinds`
 /// declares (from `starts`), if every kind lacks it.

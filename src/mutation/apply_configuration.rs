@@ -477,27 +477,20 @@ impl Merger<'_> {
             Ok(pairs) => pairs,
             Err(errs) => return (Change::Remove, errs),
         };
-        // Where an item of the object sits in it (`None` for the stand-in
-        // of a duplicated item, which is not merged).
-        let index_of = |item: &Value| {
-            let offset = (item as *const Value as usize).wrapping_sub(lhs.as_ptr() as usize);
-            let index = offset / std::mem::size_of::<Value>();
-            (offset.is_multiple_of(std::mem::size_of::<Value>()) && index < lhs.len())
-                .then_some(index)
-        };
         let mut items = Vec::with_capacity(pairs.len());
         // As in `merge_list_items`, the errors of item merges are dropped and
         // an item whose merge gives nothing is left out.
         for (l, r) in pairs {
-            match (l.and_then(index_of), l, r) {
-                (Some(index), _, None) => items.push(ItemChange::Keep(index)),
-                (Some(index), Some(l), Some(r)) => {
+            match (l, r) {
+                (Some((Some(index), _)), None) => items.push(ItemChange::Keep(index)),
+                (Some((Some(index), l)), Some(r)) => {
                     match self.plan(&list.def.element, l, r, depth + 1).0 {
                         Change::Remove => {}
                         change => items.push(ItemChange::Change(index, change)),
                     }
                 }
-                _ => {
+                (l, r) => {
+                    let l = l.map(|(_, v)| v);
                     if let (Some(v), _) = self.merge(&list.def.element, l, r, depth + 1) {
                         items.push(ItemChange::New(v));
                     }
@@ -574,16 +567,17 @@ impl Merger<'_> {
     }
 
     /// SMD `indexListPathElements`: path elements of the items and the item
-    /// for each distinct one (duplicated lhs items map to `null`).
+    /// (with its index) for each distinct one (duplicated lhs items map to
+    /// `null`, without an index).
     fn index<'v>(
         &self,
         list: &ListView,
         items: &'v [Value],
         allow_duplicates: bool,
         errs: &mut Vec<ValidationError>,
-    ) -> (Vec<(PathElement, String)>, HashMap<String, &'v Value>) {
+    ) -> (Vec<(PathElement, String)>, HashMap<String, ListItem<'v>>) {
         let mut pes = Vec::with_capacity(items.len());
-        let mut observed: HashMap<String, &'v Value> = HashMap::with_capacity(items.len());
+        let mut observed: HashMap<String, ListItem<'v>> = HashMap::with_capacity(items.len());
         for (i, child) in items.iter().enumerate() {
             let pe = match list_item_to_path_element(self.schema, list, child) {
                 Ok(pe) => pe,
@@ -599,9 +593,9 @@ impl Merger<'_> {
                     continue;
                 }
                 // Duplicated items are not merged with the new value.
-                observed.insert(id.clone(), &NULL);
+                observed.insert(id.clone(), (None, &NULL));
             } else {
-                observed.insert(id.clone(), child);
+                observed.insert(id.clone(), (Some(i), child));
             }
             pes.push((pe, id));
         }
@@ -626,7 +620,10 @@ impl Merger<'_> {
         // the outer one); an item whose merge fails is left out.
         let out: Vec<Value> = pairs
             .into_iter()
-            .filter_map(|(l, r)| self.merge(&list.def.element, l, r, depth + 1).0)
+            .filter_map(|(l, r)| {
+                let l = l.map(|(_, v)| v);
+                self.merge(&list.def.element, l, r, depth + 1).0
+            })
             .collect();
         if out.is_empty() {
             (None, Vec::new())
@@ -659,7 +656,8 @@ impl Merger<'_> {
         let mut next_shared = shared_order.pop_front();
         let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_pes.len());
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
-        let mut push = |l: Option<&'v Value>, r: Option<&'v Value>| out.push((l, r));
+        let mut push =
+            |l: Option<ListItem<'v>>, r: Option<ListItem<'v>>| out.push((l, r.map(|(_, v)| v)));
 
         let (llen, rlen) = (lhs_pes.len(), rhs_pes.len());
         let (mut li, mut ri) = (0, 0);
@@ -688,7 +686,7 @@ impl Merger<'_> {
             if li < llen {
                 let id = &lhs_pes[li].1;
                 if !observed_rhs.contains_key(id) {
-                    push(Some(&lhs[li]), None);
+                    push(Some((Some(li), &lhs[li])), None);
                     li += 1;
                     continue;
                 } else if merged_rhs.contains(id.as_str()) {
@@ -710,8 +708,11 @@ impl Merger<'_> {
     }
 }
 
+/// An item of a list and its index (none for the stand-in of duplicates).
+type ListItem<'v> = (Option<usize>, &'v Value);
+
 /// An object item and an applied item merged into one item of a list.
-type ItemPair<'v> = (Option<&'v Value>, Option<&'v Value>);
+type ItemPair<'v> = (Option<ListItem<'v>>, Option<&'v Value>);
 
 /// The type of a map's field `key`: its declared field, else the map's
 /// element type, else `fallback` (an untyped value).

@@ -13,21 +13,20 @@ use serde_json::{Map, Value};
 /// The patch that turns `left` into `right`, as `json_patch::diff` makes it.
 pub fn diff(left: &Value, right: &Value) -> Patch {
     let mut patch = Vec::new();
-    let mut pointer = PointerBuf::new();
-    diff_value(left, right, &mut pointer, &mut patch);
+    if left != right {
+        diff_value(left, right, &mut PointerBuf::new(), &mut patch);
+    }
     Patch(patch)
 }
 
+/// The operations for `left` and `right`, which differ. Equal subtrees give
+/// no operation: callers skip them after one comparison.
 fn diff_value(
     left: &Value,
     right: &Value,
     pointer: &mut PointerBuf,
     patch: &mut Vec<PatchOperation>,
 ) {
-    // Equal subtrees give no operation: say so without walking them.
-    if left == right {
-        return;
-    }
     match (left, right) {
         (Value::Object(l), Value::Object(r)) => diff_object(l, r, pointer, patch),
         (Value::Array(l), Value::Array(r)) => diff_array(l, r, pointer, patch),

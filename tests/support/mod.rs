@@ -57,6 +57,26 @@ pub fn config(dir: &Path, sources: EngineSources) -> ServeConfig {
     }
 }
 
+/// The JSON lines a child process writes to `stderr` (its log in
+/// `--log-format json`), as they come; other lines are skipped.
+pub fn json_lines(stderr: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<Value> {
+    use std::io::BufRead as _;
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    lines
+}
+
 /// Starts a server and waits (at most 30 s) until it is ready.
 pub async fn started(config: ServeConfig) -> Server {
     let server = start(config).await.expect("server starts");
