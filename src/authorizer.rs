@@ -138,6 +138,12 @@ impl Decision {
 pub trait Authorizer: Send + Sync {
     /// The decision for `attributes`.
     fn authorize(&self, attributes: &AuthorizationAttributes) -> Decision;
+
+    /// Whether a decision may wait on the network (a SubjectAccessReview):
+    /// the webhook then evaluates on a thread that may block.
+    fn may_block(&self) -> bool {
+        false
+    }
 }
 
 /// Denies every check (the default of `kmutate apply`).

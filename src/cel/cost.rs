@@ -43,6 +43,7 @@ use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, Cel
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use std::cell::{Cell, RefCell};
+use std::time::Instant;
 
 /// `PerCallLimit`: the cost one evaluation of one expression may reach.
 pub const PER_CALL_LIMIT: u64 = 1_000_000;
@@ -96,6 +97,65 @@ thread_local! {
     static LIMIT: Cell<u64> = const { Cell::new(u64::MAX) };
     static ALLOCATED: Cell<u64> = const { Cell::new(0) };
     static SIZES: RefCell<Vec<(u32, Size)>> = const { RefCell::new(Vec::new()) };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    static TICKS: Cell<u32> = const { Cell::new(0) };
+    static STOPPED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How many charges pass between two looks at the clock: upstream's
+/// `celconfig.CheckFrequency`, there counted in comprehension iterations.
+const INTERRUPT_CHECK_EVERY: u32 = 100;
+
+/// cel-go's error for an evaluation stopped by its context.
+pub const INTERRUPTED: &str = "operation interrupted";
+
+/// While it lives, evaluations on this thread stop once its deadline has
+/// passed (cel-go's `InterruptCheckFrequency` with a request context): the
+/// clock is read every [`INTERRUPT_CHECK_EVERY`] charges, and from then on
+/// every charge fails with [`INTERRUPTED`].
+#[derive(Debug)]
+pub struct Interrupt {
+    saved: (Option<Instant>, bool),
+}
+
+impl Interrupt {
+    /// Interrupts this thread's evaluations at `deadline`.
+    pub fn at(deadline: Instant) -> Interrupt {
+        Interrupt {
+            saved: (
+                DEADLINE.with(|d| d.replace(Some(deadline))),
+                STOPPED.with(|s| s.replace(false)),
+            ),
+        }
+    }
+}
+
+impl Drop for Interrupt {
+    fn drop(&mut self) {
+        DEADLINE.with(|d| d.set(self.saved.0));
+        STOPPED.with(|s| s.set(self.saved.1));
+    }
+}
+
+/// Whether this thread's evaluations are to stop: once the deadline of its
+/// [`Interrupt`] is seen to have passed, until that guard drops.
+fn stopped(ticks: u32) -> bool {
+    if STOPPED.with(Cell::get) {
+        return true;
+    }
+    let passed = ticks.is_multiple_of(INTERRUPT_CHECK_EVERY)
+        && DEADLINE
+            .with(Cell::get)
+            .is_some_and(|d| Instant::now() >= d);
+    if passed {
+        STOPPED.with(|s| s.set(true));
+    }
+    passed
+}
+
+/// Whether `e` is the error of an interrupted evaluation.
+pub fn is_interrupted(e: &ExecutionError) -> bool {
+    matches!(e, ExecutionError::FunctionError { message, .. } if message == INTERRUPTED)
 }
 
 /// The meter of one evaluation, on this thread, while it lives; dropping it
@@ -151,6 +211,14 @@ pub fn is_limit_exceeded(e: &ExecutionError) -> bool {
 
 /// Adds `n` to the running evaluation's cost.
 pub fn charge(n: u64) -> Result<(), ExecutionError> {
+    let ticks = TICKS.with(|t| {
+        let v = t.get().wrapping_add(1);
+        t.set(v);
+        v
+    });
+    if stopped(ticks) {
+        return Err(ExecutionError::function_error("cost", INTERRUPTED));
+    }
     let cost = COST.with(|c| {
         let v = c.get().saturating_add(n);
         c.set(v);
@@ -1368,5 +1436,28 @@ mod tests {
         }
         assert_eq!(outer.cost(), 10);
         assert!(!outer.exceeded());
+    }
+
+    #[test]
+    fn a_passed_deadline_interrupts_a_loop_and_the_guard_lifts_it() {
+        let env = CelEnvironment::shared();
+        // 1,000 iterations, each charged: the clock is read ten times.
+        let expr = env
+            .compile("[0,1,2,3,4,5,6,7,8,9].all(a, [0,1,2,3,4,5,6,7,8,9].all(b, [0,1,2,3,4,5,6,7,8,9].all(c, a + b + c >= 0)))")
+            .unwrap();
+        let ctx = env.context();
+        {
+            let _interrupt = Interrupt::at(Instant::now());
+            let (r, _) = expr.evaluate_with_cost(&ctx);
+            let e = r.expect_err("interrupted");
+            assert!(is_interrupted(&e), "{e:?}");
+        }
+        let (r, _) = expr.evaluate_with_cost(&ctx);
+        assert!(r.is_ok(), "{r:?}");
+        {
+            let _interrupt = Interrupt::at(Instant::now() + std::time::Duration::from_secs(3600));
+            let (r, _) = expr.evaluate_with_cost(&ctx);
+            assert!(r.is_ok(), "{r:?}");
+        }
     }
 }

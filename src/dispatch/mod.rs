@@ -278,6 +278,12 @@ pub trait AdmissionObserver {
         false
     }
 
+    /// Whether the admission is to stop before its next binding (the webhook's
+    /// deadline has passed); an interrupted admission's outcome means nothing.
+    fn interrupted(&self) -> bool {
+        false
+    }
+
     /// A matched binding's invocation ran no mutation (for `kmutate apply -o explain`).
     fn invocation_skipped(
         &self,
@@ -471,6 +477,12 @@ impl PolicySet {
             };
             state.changed = false;
             for (binding, pi) in &self.bindings {
+                if observer.interrupted() {
+                    return Outcome::Denied {
+                        message: "admission interrupted before its end".into(),
+                        code: 500,
+                    };
+                }
                 if let Err(status) =
                     self.dispatch_binding(&self.policies[*pi], binding, ctx, &mut state)
                 {

@@ -142,6 +142,10 @@ pub fn decision_of(status: &authz::SubjectAccessReviewStatus) -> Decision {
 }
 
 impl Authorizer for SubjectAccessReviewAuthorizer {
+    fn may_block(&self) -> bool {
+        true
+    }
+
     fn authorize(&self, attributes: &AuthorizationAttributes) -> Decision {
         let review = review_of(attributes);
         // The review's JSON is the cache key: same user, groups, verb, target.

@@ -212,6 +212,12 @@ impl Engine {
         &self.compiled.problems
     }
 
+    /// Whether an evaluation may wait on the network (its authorizer asks
+    /// the API server), and so belongs on a thread that may block.
+    pub fn may_block(&self) -> bool {
+        self.authorizer.may_block()
+    }
+
     /// The resource table (to complete partial requests).
     pub fn resources(&self) -> &ResourceTable {
         &self.crds.table

@@ -575,7 +575,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         return text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet");
     };
 
-    // Decoding and matching run here, guarded; evaluation in the blocking pool.
+    // Decoding and matching run here, guarded against panics.
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
         review::decode(&body).map(|mut review| {
             complete_request(&mut review.request, engine.resources());
@@ -629,19 +629,30 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         return reply(StatusCode::OK, "application/json", bytes);
     }
 
-    let evaluation = {
+    // Evaluation runs here on the worker (handing it to another thread costs
+    // more than most evaluations), stopped from inside at the deadline;
+    // only one that may wait on the network goes to the blocking pool.
+    let evaluated = if engine.may_block() {
         let metrics = metrics.clone();
         let request = review.request;
-        tokio::task::spawn_blocking(move || evaluate(&engine, &metrics, request))
-    };
-    let (answer, result) = match tokio::time::timeout_at(deadline, evaluation).await {
-        Ok(Ok(done)) => done,
-        Ok(Err(join_error)) => {
-            // `evaluate` catches panics; this is a cancelled task.
-            tracing::error!(uid = %uid, error = %join_error, "evaluation task failed");
-            (panic_answer(), RequestResult::Panic)
+        let until = started + shared.timeout;
+        let evaluation =
+            tokio::task::spawn_blocking(move || evaluate(&engine, &metrics, request, until));
+        match tokio::time::timeout_at(deadline, evaluation).await {
+            Ok(Ok(evaluated)) => evaluated,
+            Ok(Err(join_error)) => {
+                // `evaluate` catches panics; this is a cancelled task.
+                tracing::error!(uid = %uid, error = %join_error, "evaluation task failed");
+                Evaluated::Done(panic_answer(), RequestResult::Panic)
+            }
+            Err(_) => Evaluated::TimedOut,
         }
-        Err(_) => {
+    } else {
+        evaluate(&engine, &metrics, review.request, deadline.into_std())
+    };
+    let (answer, result) = match evaluated {
+        Evaluated::Done(answer, result) => (answer, result),
+        Evaluated::TimedOut => {
             let timeout = format_duration(shared.timeout);
             match &fallback {
                 Some((policy, binding)) => {
@@ -732,10 +743,15 @@ struct SeenError {
 struct RequestObserver<'m> {
     metrics: &'m Metrics,
     errors: RefCell<Vec<SeenError>>,
+    deadline: Instant,
 }
 
 impl AdmissionObserver for RequestObserver<'_> {
     fn mutation(&self, policy: &str, binding: &str, elapsed: Duration, error: Option<&str>) {
+        if self.interrupted() {
+            // Cut short by the deadline: not a check of the policy.
+            return;
+        }
         self.metrics
             .observe_check(policy, binding, elapsed, ErrorType::of(error));
         if let Some(message) = error {
@@ -766,22 +782,42 @@ impl AdmissionObserver for RequestObserver<'_> {
     fn reinvocation(&self) {
         self.metrics.observe_reinvocation();
     }
+
+    fn interrupted(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
 }
 
-/// Runs the admission (in the blocking pool), isolated from panics.
+/// What [`evaluate`] ends with.
+enum Evaluated {
+    /// The answer and how the request ended.
+    Done(Answer, RequestResult),
+    /// The deadline passed first; the failure policies decide the answer.
+    TimedOut,
+}
+
+/// Runs the admission, isolated from panics, until `deadline`.
 fn evaluate(
     engine: &Engine,
     metrics: &Metrics,
     request: AdmissionRequest,
-) -> (Answer, RequestResult) {
+    deadline: Instant,
+) -> Evaluated {
     let observer = RequestObserver {
         metrics,
         errors: RefCell::new(Vec::new()),
+        deadline,
     };
-    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| engine.admit(&request, &observer)));
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let _interrupt = crate::cel::cost::Interrupt::at(deadline);
+        engine.admit(&request, &observer)
+    }));
+    if observer.interrupted() {
+        return Evaluated::TimedOut;
+    }
     let errors = observer.errors.into_inner();
     let uid = request.uid.as_str();
-    match outcome {
+    let (answer, result) = match outcome {
         Err(_) => {
             tracing::error!(uid = %uid, "evaluation panicked");
             (panic_answer(), RequestResult::Panic)
@@ -808,13 +844,17 @@ fn evaluate(
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
             let original = request.object.as_ref().unwrap_or(&serde_json::Value::Null);
-            let answer = Answer::admit(original, &object, warnings);
-            let result = if answer.patch.is_some() {
-                RequestResult::Patched
-            } else {
-                RequestResult::Allowed
-            };
-            (answer, result)
+            match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                Answer::admit(original, &object, warnings)
+            })) {
+                Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
+                Ok(answer) => (answer, RequestResult::Allowed),
+                Err(_) => {
+                    tracing::error!(uid = %uid, "computing the patch panicked");
+                    (panic_answer(), RequestResult::Panic)
+                }
+            }
         }
-    }
+    };
+    Evaluated::Done(answer, result)
 }
