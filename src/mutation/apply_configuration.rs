@@ -12,8 +12,8 @@ use thiserror::Error;
 
 use crate::schema::model::{Atom, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec};
 use crate::schema::typed::{
-    self, error, invalid_atom, list_item_to_path_element, too_deep, validate_scalar, with_prefix,
-    PathElement, MAX_DEPTH,
+    self, error, invalid_atom, list_item_identity, list_item_to_path_element, too_deep,
+    validate_scalar, with_prefix, MAX_DEPTH,
 };
 use crate::schema::{TypeRef, ValidationError, ValidationErrors};
 
@@ -566,7 +566,7 @@ impl Merger<'_> {
         self.merge_list_items(list, lhs_items, rhs_items, depth)
     }
 
-    /// SMD `indexListPathElements`: path elements of the items and the item
+    /// SMD `indexListPathElements`: identities of the items' path elements and the item
     /// (with its index) for each distinct one (duplicated lhs items map to
     /// `null`, without an index).
     fn index<'v>(
@@ -575,21 +575,24 @@ impl Merger<'_> {
         items: &'v [Value],
         allow_duplicates: bool,
         errs: &mut Vec<ValidationError>,
-    ) -> (Vec<(PathElement, String)>, HashMap<String, ListItem<'v>>) {
-        let mut pes = Vec::with_capacity(items.len());
+    ) -> (Vec<String>, HashMap<String, ListItem<'v>>) {
+        let mut ids = Vec::with_capacity(items.len());
         let mut observed: HashMap<String, ListItem<'v>> = HashMap::with_capacity(items.len());
         for (i, child) in items.iter().enumerate() {
-            let pe = match list_item_to_path_element(self.schema, list, child) {
-                Ok(pe) => pe,
+            let id = match list_item_identity(self.schema, list, child) {
+                Ok(id) => id,
                 Err(e) => {
                     errs.push(error(format!("element {i}: {e}")));
                     continue;
                 }
             };
-            let id = pe.identity();
             if observed.contains_key(&id) {
                 if !allow_duplicates {
-                    errs.push(error(format!("duplicate entries for key {}", pe.render())));
+                    // The path element only for the message.
+                    let pe = list_item_to_path_element(self.schema, list, child)
+                        .map(|pe| pe.render())
+                        .unwrap_or_default();
+                    errs.push(error(format!("duplicate entries for key {pe}")));
                     continue;
                 }
                 // Duplicated items are not merged with the new value.
@@ -597,9 +600,9 @@ impl Merger<'_> {
             } else {
                 observed.insert(id.clone(), (Some(i), child));
             }
-            pes.push((pe, id));
+            ids.push(id);
         }
-        (pes, observed)
+        (ids, observed)
     }
 
     /// SMD `visitListItems`: merges associative lists item by item. Items
@@ -642,24 +645,24 @@ impl Merger<'_> {
         rhs: &'v [Value],
     ) -> Result<Vec<ItemPair<'v>>, Vec<ValidationError>> {
         let mut errs = Vec::new();
-        let (rhs_pes, observed_rhs) = self.index(list, rhs, false, &mut errs);
-        let (lhs_pes, observed_lhs) = self.index(list, lhs, true, &mut errs);
+        let (rhs_ids, observed_rhs) = self.index(list, rhs, false, &mut errs);
+        let (lhs_ids, observed_lhs) = self.index(list, lhs, true, &mut errs);
         if !errs.is_empty() {
             return Err(errs);
         }
 
-        let mut shared_order: VecDeque<&str> = rhs_pes
+        let mut shared_order: VecDeque<&str> = rhs_ids
             .iter()
-            .filter(|(_, id)| observed_lhs.contains_key(id))
-            .map(|(_, id)| id.as_str())
+            .filter(|id| observed_lhs.contains_key(*id))
+            .map(String::as_str)
             .collect();
         let mut next_shared = shared_order.pop_front();
-        let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_pes.len());
+        let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_ids.len());
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
         let mut push =
             |l: Option<ListItem<'v>>, r: Option<ListItem<'v>>| out.push((l, r.map(|(_, v)| v)));
 
-        let (llen, rlen) = (lhs_pes.len(), rhs_pes.len());
+        let (llen, rlen) = (lhs_ids.len(), rhs_ids.len());
         let (mut li, mut ri) = (0, 0);
         let mut guard = 2 * (llen + rlen) + 2;
         while li < llen || ri < rlen {
@@ -668,8 +671,8 @@ impl Merger<'_> {
             }
             guard -= 1;
             if li < llen && ri < rlen {
-                let id = &lhs_pes[li].1;
-                if *id == rhs_pes[ri].1 {
+                let id = &lhs_ids[li];
+                if *id == rhs_ids[ri] {
                     merged_rhs.insert(id.as_str());
                     push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
                     li += 1;
@@ -684,7 +687,7 @@ impl Merger<'_> {
                 }
             }
             if li < llen {
-                let id = &lhs_pes[li].1;
+                let id = &lhs_ids[li];
                 if !observed_rhs.contains_key(id) {
                     push(Some((Some(li), &lhs[li])), None);
                     li += 1;
@@ -694,7 +697,7 @@ impl Merger<'_> {
                 }
             }
             if ri < rlen {
-                let id = &rhs_pes[ri].1;
+                let id = &rhs_ids[ri];
                 merged_rhs.insert(id.as_str());
                 push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
                 ri += 1;

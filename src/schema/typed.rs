@@ -2,6 +2,7 @@
 //! as structured-merge-diff v6 `typed` and `fieldpath` implement them
 //! (`typed/validate.go`, `typed/helpers.go`, `fieldpath/element.go`).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
@@ -93,58 +94,33 @@ impl PathElement {
             PathElement::Index(i) => format!("[{i}]"),
         }
     }
-
-    /// A string equal for path elements SMD considers equal
-    /// (`PathElement.Equals`, numbers compared numerically).
-    pub(crate) fn identity(&self) -> String {
-        let mut out = String::new();
-        match self {
-            PathElement::Key(fields) => {
-                out.push('K');
-                for (n, v) in fields {
-                    canonical(&Value::String(n.clone()), &mut out);
-                    out.push('=');
-                    canonical(v, &mut out);
-                    out.push(';');
-                }
-            }
-            PathElement::Value(v) => {
-                out.push('V');
-                canonical(v, &mut out);
-            }
-            PathElement::Index(i) => {
-                out.push('I');
-                out.push_str(&i.to_string());
-            }
-        }
-        out
-    }
 }
 
-/// Canonical encoding for SMD value equality (`value.Equals`).
+/// Canonical encoding for SMD value equality (`value.Equals`): equal for
+/// equal values (numbers compared numerically), and prefix-free, since
+/// strings carry their length.
 fn canonical(v: &Value, out: &mut String) {
+    use std::fmt::Write;
     match v {
         Value::Null => out.push('n'),
         Value::Bool(true) => out.push('t'),
         Value::Bool(false) => out.push('f'),
         Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                out.push_str(&format!("i{i}"));
+            // Writing to a String cannot fail.
+            let _ = if let Some(i) = n.as_i64() {
+                write!(out, "i{i}")
             } else if let Some(u) = n.as_u64() {
-                out.push_str(&format!("i{u}"));
+                write!(out, "i{u}")
             } else {
                 let f = n.as_f64().unwrap_or(0.0);
                 if f.fract() == 0.0 && f.abs() < 9.2e18 {
-                    out.push_str(&format!("i{}", f as i64));
+                    write!(out, "i{}", f as i64)
                 } else {
-                    out.push_str(&format!("d{:e}", f));
+                    write!(out, "d{f:e}")
                 }
-            }
+            };
         }
-        Value::String(s) => {
-            out.push('s');
-            out.push_str(&Value::String(s.clone()).to_string());
-        }
+        Value::String(s) => canonical_str(s, out),
         Value::Array(items) => {
             out.push('[');
             for i in items {
@@ -154,13 +130,13 @@ fn canonical(v: &Value, out: &mut String) {
             out.push(']');
         }
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for k in keys {
-                canonical(&Value::String(k.clone()), out);
+            for (k, v) in entries {
+                canonical_str(k, out);
                 out.push(':');
-                canonical(&m[k.as_str()], out);
+                canonical(v, out);
                 out.push(',');
             }
             out.push('}');
@@ -168,12 +144,29 @@ fn canonical(v: &Value, out: &mut String) {
     }
 }
 
-/// SMD `listItemToPathElement`: the identity of an associative-list item.
-pub(crate) fn list_item_to_path_element(
-    schema: &SchemaData,
-    list: &ListView,
-    child: &Value,
-) -> Result<PathElement, String> {
+/// A string in [`canonical`]'s encoding: `s`, its length, `:`, its text.
+fn canonical_str(s: &str, out: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(out, "s{}:", s.len());
+    out.push_str(s);
+}
+
+/// The fields that identify an associative-list item, borrowed from it (or
+/// from the schema's defaults): what [`list_item_to_path_element`] copies
+/// into a [`PathElement`] and [`list_item_identity`] encodes directly.
+enum ItemKey<'a> {
+    /// Key fields, sorted by name (a default is copied from the schema).
+    Key(Vec<(&'a str, Cow<'a, Value>)>),
+    /// The item itself (a set item).
+    Value(&'a Value),
+}
+
+/// SMD `listItemToPathElement`, borrowing: the key of an associative-list item.
+fn item_key<'a>(
+    schema: &'a SchemaData,
+    list: &'a ListView,
+    child: &'a Value,
+) -> Result<ItemKey<'a>, String> {
     if list.relationship != Some(Relationship::Associative) {
         return Err("invalid indexing of non-associative list".into());
     }
@@ -186,7 +179,7 @@ pub(crate) fn list_item_to_path_element(
             Value::Null => {
                 Err("associative list without keys has an element that's an explicit null".into())
             }
-            v => Ok(PathElement::Value(v.clone())),
+            v => Ok(ItemKey::Value(v)),
         };
     }
     let m: &Map<String, Value> = match child {
@@ -194,10 +187,10 @@ pub(crate) fn list_item_to_path_element(
         Value::Object(m) => m,
         _ => return Err("associative list with keys may not have non-map elements".into()),
     };
-    let mut fields = Vec::new();
+    let mut fields = Vec::with_capacity(list.def.keys.len());
     for key in &list.def.keys {
         if let Some(v) = m.get(key) {
-            fields.push((key.clone(), v.clone()));
+            fields.push((key.as_str(), Cow::Borrowed(v)));
             continue;
         }
         // SMD getAssociativeKeyDefault.
@@ -208,7 +201,7 @@ pub(crate) fn list_item_to_path_element(
             format!("couldn't find default value for {key}: associative list may not have non-map types")
         })?;
         if let Some(default) = map.def.field(key).and_then(|f| f.default.clone()) {
-            fields.push((key.clone(), default));
+            fields.push((key.as_str(), Cow::Owned(default)));
         }
     }
     if fields.is_empty() {
@@ -218,8 +211,67 @@ pub(crate) fn list_item_to_path_element(
             keys.join(" ")
         ));
     }
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(PathElement::Key(fields))
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    Ok(ItemKey::Key(fields))
+}
+
+impl ItemKey<'_> {
+    /// The path element, owning copies of the fields.
+    fn to_path_element(&self) -> PathElement {
+        match self {
+            ItemKey::Key(fields) => PathElement::Key(
+                fields
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone().into_owned()))
+                    .collect(),
+            ),
+            ItemKey::Value(v) => PathElement::Value((*v).clone()),
+        }
+    }
+
+    /// A string equal for the path elements SMD considers equal
+    /// (`PathElement.Equals`, numbers compared numerically).
+    fn identity(&self) -> String {
+        let mut out = String::new();
+        match self {
+            ItemKey::Key(fields) => key_identity(fields.iter().map(|(n, v)| (*n, &**v)), &mut out),
+            ItemKey::Value(v) => {
+                out.push('V');
+                canonical(v, &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// SMD `listItemToPathElement`: the identity of an associative-list item.
+pub(crate) fn list_item_to_path_element(
+    schema: &SchemaData,
+    list: &ListView,
+    child: &Value,
+) -> Result<PathElement, String> {
+    item_key(schema, list, child).map(|k| k.to_path_element())
+}
+
+/// The identity of an associative-list item's path element (equal for items
+/// SMD's `PathElement.Equals` calls equal), without building the element.
+pub(crate) fn list_item_identity(
+    schema: &SchemaData,
+    list: &ListView,
+    child: &Value,
+) -> Result<String, String> {
+    item_key(schema, list, child).map(|k| k.identity())
+}
+
+/// The identity of a key path element with these (sorted) fields.
+fn key_identity<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>, out: &mut String) {
+    out.push('K');
+    for (n, v) in fields {
+        canonical_str(n, out);
+        out.push('=');
+        canonical(v, out);
+        out.push(';');
+    }
 }
 
 /// SMD `validateScalar`; `prefix` is prepended to the message.
@@ -351,29 +403,91 @@ impl Validator<'_> {
             let mut errs = Vec::new();
             let mut seen = HashSet::new();
             for (i, child) in items.iter().enumerate() {
-                let pe = if list.relationship != Some(Relationship::Associative) {
-                    PathElement::Index(i)
+                // The item's key; its path element is built only for a message.
+                let key = if list.relationship != Some(Relationship::Associative) {
+                    None
                 } else {
-                    match list_item_to_path_element(self.schema, list, child) {
-                        Ok(pe) => pe,
+                    match item_key(self.schema, list, child) {
+                        Ok(key) => Some(key),
                         Err(e) => {
                             errs.push(error(format!("element {i}: {e}")));
                             return errs;
                         }
                     }
                 };
-                let indexed = matches!(pe, PathElement::Index(_));
+                let render = |key: &Option<ItemKey<'_>>| match key {
+                    Some(key) => key.to_path_element().render(),
+                    None => PathElement::Index(i).render(),
+                };
                 // With duplicates allowed no identity is needed.
-                if !self.allow_duplicates && !indexed && !seen.insert(pe.identity()) {
-                    errs.push(error(format!("duplicate entries for key {}", pe.render())));
+                if let (false, Some(k)) = (self.allow_duplicates, &key) {
+                    if !seen.insert(k.identity()) {
+                        errs.push(error(format!("duplicate entries for key {}", render(&key))));
+                    }
                 }
                 let errors = self.validate(&list.def.element, child, depth + 1);
                 if !errors.is_empty() {
-                    errs.extend(with_prefix(errors, &pe.render()));
+                    errs.extend(with_prefix(errors, &render(&key)));
                 }
             }
             return errs;
         }
         vec![invalid_atom(spec)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ItemKey;
+    use serde_json::{json, Value};
+    use std::borrow::Cow;
+
+    fn key<'a>(fields: &'a [(&'a str, Value)]) -> String {
+        ItemKey::Key(fields.iter().map(|(n, v)| (*n, Cow::Borrowed(v))).collect()).identity()
+    }
+
+    fn item(v: &Value) -> String {
+        ItemKey::Value(v).identity()
+    }
+
+    #[test]
+    fn identities_are_equal_for_values_smd_calls_equal() {
+        // SMD's value.Equals compares numbers numerically and maps by content.
+        assert_eq!(item(&json!(1)), item(&json!(1.0)));
+        assert_eq!(
+            item(&json!({"a": 1, "b": [true, null]})),
+            item(&json!({"b": [true, null], "a": 1}))
+        );
+        assert_eq!(
+            key(&[("name", json!("x")), ("port", json!(80))]),
+            key(&[("name", json!("x")), ("port", json!(80.0))])
+        );
+    }
+
+    #[test]
+    fn identities_differ_for_values_smd_calls_different() {
+        let distinct = [
+            item(&json!(1)),
+            item(&json!(1.5)),
+            item(&json!("1")),
+            item(&json!(true)),
+            item(&json!(null)),
+            item(&json!([1])),
+            item(&json!({"a": 1})),
+            item(&json!("a,b")),
+            item(&json!(["a", "b"])),
+            key(&[("a", json!("x")), ("b", json!("y"))]),
+            // A key value holding what would be the next field's encoding.
+            key(&[("a", json!("x;s1:b=s1:y"))]),
+            key(&[("a", json!("x")), ("b", json!("z"))]),
+            key(&[("a", json!("xs1:b"))]),
+            key(&[("a", json!(1))]),
+            key(&[("a", json!("1"))]),
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }
