@@ -25,6 +25,12 @@ use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
+/// Values of the document by address: no input chooses these keys, so they
+/// are hashed with foldhash's fixed state rather than SipHash.
+type ByAddress<V> = HashMap<usize, V, foldhash::fast::FixedState>;
+/// A set of the document's values, by address (see [`ByAddress`]).
+type AddressSet = HashSet<usize, foldhash::fast::FixedState>;
+
 /// The copy limit kube-apiserver installs (`JSONPatchMaxCopyBytes`, 3 MiB).
 pub const KUBE_APISERVER_MAX_COPY_BYTES: i64 = 3 * 1024 * 1024;
 
@@ -149,7 +155,7 @@ pub fn apply_patch_in_place(
     doc: &mut Value,
     ops: &[PatchOperation],
 ) -> Result<bool, JsonPatchError> {
-    let mut movable = HashSet::new();
+    let mut movable = AddressSet::default();
     let built = {
         let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
         if root.same_as(doc) {
@@ -158,12 +164,12 @@ pub fn apply_patch_in_place(
         // Subtrees of the document the result holds once are moved; those
         // it holds twice (a `copy`), or that sit inside another it holds,
         // are copied, as are the operations' values.
-        let mut holds = HashMap::new();
+        let mut holds = ByAddress::default();
         root.count_holds(&mut holds);
         find_movable(doc, &holds, &mut movable);
         root.into_built(&movable)
     };
-    let mut taken = HashMap::with_capacity(movable.len());
+    let mut taken = ByAddress::with_capacity_and_hasher(movable.len(), Default::default());
     take_movable(doc, &movable, &mut taken);
     *doc = built.build(&mut taken);
     Ok(true)
@@ -176,7 +182,7 @@ fn address(v: &Value) -> usize {
 
 /// Finds the values of `doc` (outermost first) that the patched document
 /// holds exactly once.
-fn find_movable(doc: &Value, holds: &HashMap<usize, usize>, movable: &mut HashSet<usize>) {
+fn find_movable(doc: &Value, holds: &ByAddress<usize>, movable: &mut AddressSet) {
     match holds.get(&address(doc)) {
         Some(1) => {
             movable.insert(address(doc));
@@ -191,7 +197,7 @@ fn find_movable(doc: &Value, holds: &HashMap<usize, usize>, movable: &mut HashSe
 }
 
 /// Takes the `movable` values out of `doc`, by address.
-fn take_movable(doc: &mut Value, movable: &HashSet<usize>, taken: &mut HashMap<usize, Value>) {
+fn take_movable(doc: &mut Value, movable: &AddressSet, taken: &mut ByAddress<Value>) {
     if movable.contains(&address(doc)) {
         taken.insert(address(doc), std::mem::take(doc));
         return;
@@ -213,7 +219,7 @@ enum Built {
 }
 
 impl Built {
-    fn build(self, taken: &mut HashMap<usize, Value>) -> Value {
+    fn build(self, taken: &mut ByAddress<Value>) -> Value {
         match self {
             Built::Take(a) => taken.remove(&a).unwrap_or_default(),
             Built::Owned(v) => v,
@@ -349,10 +355,25 @@ impl<'a> Node<'a> {
             (Node::Nil, v) => v.is_null(),
             (Node::Raw(r), v) => std::ptr::eq(*r, v) || **r == *v,
             (Node::Obj(entries), Value::Object(m)) => {
-                m.len() == entries.len()
-                    && entries
+                if m.len() != entries.len() {
+                    return false;
+                }
+                // Entries keep the object's order unless an operation changed
+                // its keys: then they pair up without lookups.
+                let in_step = entries
+                    .iter()
+                    .zip(m.keys())
+                    .all(|((k, _), key)| k.as_ref() == key.as_str());
+                if in_step {
+                    entries
+                        .iter()
+                        .zip(m.values())
+                        .all(|((_, n), c)| n.same_as(c))
+                } else {
+                    entries
                         .iter()
                         .all(|(k, n)| m.get(k.as_ref()).is_some_and(|c| n.same_as(c)))
+                }
             }
             (Node::Arr(items), Value::Array(a)) => {
                 a.len() == items.len() && items.iter().zip(a).all(|(n, c)| n.same_as(c))
@@ -362,7 +383,7 @@ impl<'a> Node<'a> {
     }
 
     /// Counts, by address, the values this node holds undecoded.
-    fn count_holds(&self, holds: &mut HashMap<usize, usize>) {
+    fn count_holds(&self, holds: &mut ByAddress<usize>) {
         match self {
             Node::Nil => {}
             Node::Raw(v) => *holds.entry(address(v)).or_default() += 1,
@@ -373,7 +394,7 @@ impl<'a> Node<'a> {
 
     /// [`Node::into_value`], with the `movable` values of the document left
     /// to be moved.
-    fn into_built(self, movable: &HashSet<usize>) -> Built {
+    fn into_built(self, movable: &AddressSet) -> Built {
         match self {
             Node::Nil => Built::Owned(Value::Null),
             Node::Raw(v) if movable.contains(&address(v)) => Built::Take(address(v)),
