@@ -365,19 +365,18 @@ impl Merger<'_> {
         // How many keys the merged map has: `merge_map` drops an empty one.
         let mut kept = lmap.len();
         let fallback = TypeSpec::Inline(Atom::default());
-        for (key, l) in lmap {
-            if let Some(r) = rmap.get(key) {
-                let (change, e) = self.plan(field_spec(map, key, &fallback), l, r, depth + 1);
+        // The patch's keys, usually far fewer than the object's, in the
+        // patch's order (upstream walks Go maps, in no set order).
+        for (key, r) in rmap {
+            let ty = field_spec(map, key, &fallback);
+            if let Some(l) = lmap.get(key) {
+                let (change, e) = self.plan(ty, l, r, depth + 1);
                 errs.extend(with_prefix(e, &format!(".{key}")));
                 if matches!(change, Change::Remove) {
                     kept -= 1;
                 }
                 fields.push((key.clone(), change));
-            }
-        }
-        for (key, r) in rmap {
-            if !lmap.contains_key(key) {
-                let ty = field_spec(map, key, &fallback);
+            } else {
                 let (v, e) = self.merge(ty, None, Some(r), depth + 1);
                 errs.extend(with_prefix(e, &format!(".{key}")));
                 if let Some(v) = v {

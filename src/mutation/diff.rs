@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 /// The patch that turns `left` into `right`, as `json_patch::diff` makes it.
 pub fn diff(left: &Value, right: &Value) -> Patch {
     let mut patch = Vec::new();
-    if left != right {
+    if !equal(left, right) {
         diff_value(left, right, &mut PointerBuf::new(), &mut patch);
     }
     Patch(patch)
@@ -49,7 +49,7 @@ fn diff_array(
     for index in 0..left.len().max(right.len()) {
         match (left.get(index), right.get(index)) {
             (Some(l), Some(r)) => {
-                if l != r {
+                if !equal(l, r) {
                     pointer.push_back(index);
                     diff_value(l, r, pointer, patch);
                     pointer.pop_back();
@@ -84,13 +84,23 @@ fn diff_object(
     pointer: &mut PointerBuf,
     patch: &mut Vec<PatchOperation>,
 ) {
+    // The mutated object keeps the original's key order (new keys last), so
+    // most keys pair up in step; the others are looked up.
+    let mut in_step = left.iter().peekable();
+    let mut found = 0usize;
     for (key, r) in right {
-        match left.get(key) {
-            Some(l) if l == r => {}
+        let l = match in_step.next_if(|(k, _)| *k == key) {
+            Some((_, l)) => Some(l),
+            None => left.get(key),
+        };
+        match l {
             Some(l) => {
-                pointer.push_back(key);
-                diff_value(l, r, pointer, patch);
-                pointer.pop_back();
+                found += 1;
+                if !equal(l, r) {
+                    pointer.push_back(key);
+                    diff_value(l, r, pointer, patch);
+                    pointer.pop_back();
+                }
             }
             None => {
                 pointer.push_back(key);
@@ -102,6 +112,9 @@ fn diff_object(
             }
         }
     }
+    if found == left.len() {
+        return;
+    }
     for key in left.keys() {
         if !right.contains_key(key) {
             pointer.push_back(key);
@@ -110,6 +123,33 @@ fn diff_object(
             }));
             pointer.pop_back();
         }
+    }
+}
+
+/// `left == right`, pairing the keys of maps in step while they come in
+/// the same order, before falling back to lookups.
+fn equal(left: &Value, right: &Value) -> bool {
+    match (left, right) {
+        (Value::Object(l), Value::Object(r)) => {
+            if l.len() != r.len() {
+                return false;
+            }
+            let mut pairs = l.iter().zip(r.iter());
+            for ((lk, lv), (rk, rv)) in pairs.by_ref() {
+                if lk != rk {
+                    // Out of step: the rest by lookup.
+                    return l.iter().all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)));
+                }
+                if !equal(lv, rv) {
+                    return false;
+                }
+            }
+            true
+        }
+        (Value::Array(l), Value::Array(r)) => {
+            l.len() == r.len() && l.iter().zip(r).all(|(a, b)| equal(a, b))
+        }
+        _ => left == right,
     }
 }
 
@@ -158,5 +198,26 @@ mod tests {
             json!([{"name": "A", "value": "2"}, {"name": "B"}]);
         mutated["spec"]["securityContext"] = json!({"runAsNonRoot": true});
         same_as_json_patch(pod, mutated);
+    }
+
+    #[test]
+    fn keys_out_of_order_pair_by_name() {
+        // Reordered only: equal, no operation.
+        same_as_json_patch(
+            json!({"a": 1, "b": {"x": 1, "y": 2}, "c": 3}),
+            json!({"c": 3, "b": {"y": 2, "x": 1}, "a": 1}),
+        );
+        // Reordered, with a change, an addition and a removal.
+        same_as_json_patch(
+            json!({"a": 1, "b": 2, "c": 3, "e": 5}),
+            json!({"c": 3, "a": 1, "b": 5, "d": 4}),
+        );
+        // A key removed early puts the rest out of step.
+        same_as_json_patch(
+            json!({"a": 1, "b": 2, "c": {"x": 1}, "d": 4}),
+            json!({"a": 1, "c": {"x": 2}, "d": 4}),
+        );
+        // Same keys and length, in another order, one value differing.
+        same_as_json_patch(json!({"a": 1, "b": 2}), json!({"b": 2, "a": 3}));
     }
 }
