@@ -28,6 +28,9 @@ fn fixture() -> (Engine, Vec<u8>) {
     let engine = Engine::load(&sources, Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
     let body = std::fs::read(dir.join("review.json")).expect("bench/webhook/review.json");
+    // Compact, as kube-apiserver sends it (and `kmutate loadtest` does).
+    let review: serde_json::Value = serde_json::from_slice(&body).expect("fixture is JSON");
+    let body = serde_json::to_vec(&review).expect("re-encodes");
     (engine, body)
 }
 

@@ -106,19 +106,23 @@ fn canonical(v: &Value, out: &mut String) {
         Value::Bool(true) => out.push('t'),
         Value::Bool(false) => out.push('f'),
         Value::Number(n) => {
-            // Writing to a String cannot fail.
-            let _ = if let Some(i) = n.as_i64() {
-                write!(out, "i{i}")
+            let mut digits = itoa::Buffer::new();
+            if let Some(i) = n.as_i64() {
+                out.push('i');
+                out.push_str(digits.format(i));
             } else if let Some(u) = n.as_u64() {
-                write!(out, "i{u}")
+                out.push('i');
+                out.push_str(digits.format(u));
             } else {
                 let f = n.as_f64().unwrap_or(0.0);
                 if f.fract() == 0.0 && f.abs() < 9.2e18 {
-                    write!(out, "i{}", f as i64)
+                    out.push('i');
+                    out.push_str(digits.format(f as i64));
                 } else {
-                    write!(out, "d{f:e}")
+                    // Writing to a String cannot fail.
+                    let _ = write!(out, "d{f:e}");
                 }
-            };
+            }
         }
         Value::String(s) => canonical_str(s, out),
         Value::Array(items) => {
@@ -146,8 +150,9 @@ fn canonical(v: &Value, out: &mut String) {
 
 /// A string in [`canonical`]'s encoding: `s`, its length, `:`, its text.
 fn canonical_str(s: &str, out: &mut String) {
-    use std::fmt::Write;
-    let _ = write!(out, "s{}:", s.len());
+    out.push('s');
+    out.push_str(itoa::Buffer::new().format(s.len()));
+    out.push(':');
     out.push_str(s);
 }
 
