@@ -438,8 +438,11 @@ struct Walker<'s> {
     schema: Option<&'s SchemaData>,
 }
 
-impl Walker<'_> {
-    fn resolve(&self, spec: Option<&TypeSpec>) -> Option<Resolved> {
+impl<'s> Walker<'s> {
+    fn resolve<'a>(&self, spec: Option<&'a TypeSpec>) -> Option<Resolved<'a>>
+    where
+        's: 'a,
+    {
         self.schema?.resolve(spec?)
     }
 

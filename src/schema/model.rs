@@ -145,38 +145,41 @@ impl TypeSpec {
     }
 }
 
-/// A list type as seen through a type reference (relationship override applied).
-#[derive(Clone, Debug)]
-pub(crate) struct ListView {
-    pub(crate) def: Arc<ListDef>,
+/// A list type as seen through a type reference (relationship override
+/// applied), borrowed from the schema: walks resolve types at every node,
+/// and reference counts shared by every worker would cost more than the walk.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListView<'s> {
+    pub(crate) def: &'s ListDef,
     pub(crate) relationship: Option<Relationship>,
 }
 
-/// A map type as seen through a type reference (relationship override applied).
-#[derive(Clone, Debug)]
-pub(crate) struct MapView {
-    pub(crate) def: Arc<MapDef>,
+/// A map type as seen through a type reference (relationship override
+/// applied), borrowed from the schema like [`ListView`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MapView<'s> {
+    pub(crate) def: &'s MapDef,
     pub(crate) relationship: Option<Relationship>,
 }
 
 /// A resolved atom (SMD `Schema.Resolve` result).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Resolved {
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Resolved<'s> {
     pub(crate) scalar: Option<Scalar>,
-    pub(crate) list: Option<ListView>,
-    pub(crate) map: Option<MapView>,
+    pub(crate) list: Option<ListView<'s>>,
+    pub(crate) map: Option<MapView<'s>>,
 }
 
-impl Resolved {
-    fn from_atom(atom: &Atom) -> Resolved {
+impl<'s> Resolved<'s> {
+    fn from_atom(atom: &'s Atom) -> Resolved<'s> {
         Resolved {
             scalar: atom.scalar,
-            list: atom.list.as_ref().map(|def| ListView {
-                def: def.clone(),
+            list: atom.list.as_deref().map(|def| ListView {
+                def,
                 relationship: def.relationship,
             }),
-            map: atom.map.as_ref().map(|def| MapView {
-                def: def.clone(),
+            map: atom.map.as_deref().map(|def| MapView {
+                def,
                 relationship: def.relationship,
             }),
         }
@@ -185,7 +188,7 @@ impl Resolved {
     /// SMD `deduceAtom`: keep only the member matching the value's kind, if
     /// the atom has one; otherwise the whole atom (validation then fails
     /// with a useful message).
-    pub(crate) fn deduce(&self, v: Option<&Value>) -> Resolved {
+    pub(crate) fn deduce(&self, v: Option<&Value>) -> Resolved<'s> {
         match v {
             Some(Value::Bool(_)) | Some(Value::Number(_)) | Some(Value::String(_))
                 if self.scalar.is_some() =>
@@ -196,19 +199,19 @@ impl Resolved {
                 }
             }
             Some(Value::Array(_)) if self.list.is_some() => Resolved {
-                list: self.list.clone(),
+                list: self.list,
                 ..Resolved::default()
             },
             Some(Value::Object(_)) if self.map.is_some() => Resolved {
-                map: self.map.clone(),
+                map: self.map,
                 ..Resolved::default()
             },
-            _ => self.clone(),
+            _ => *self,
         }
     }
 
     /// Whether two atoms deduced from the same atom are equal (SMD `Atom.Equals`).
-    pub(crate) fn same_members(&self, other: &Resolved) -> bool {
+    pub(crate) fn same_members(&self, other: &Resolved<'_>) -> bool {
         self.scalar.is_some() == other.scalar.is_some()
             && self.list.is_some() == other.list.is_some()
             && self.map.is_some() == other.map.is_some()
@@ -247,7 +250,7 @@ impl SchemaData {
 
     /// SMD `Schema.Resolve`: the atom a type reference designates, with the
     /// reference's relationship override applied to its map (or else list).
-    pub(crate) fn resolve(&self, spec: &TypeSpec) -> Option<Resolved> {
+    pub(crate) fn resolve<'s>(&'s self, spec: &'s TypeSpec) -> Option<Resolved<'s>> {
         match spec {
             TypeSpec::Inline(atom) => Some(Resolved::from_atom(atom)),
             TypeSpec::Named { name, relationship } => {

@@ -5,7 +5,10 @@ use super::typed::validate;
 use super::*;
 use crate::mutation::apply_configuration::apply_configuration;
 
-fn resolve(ty: &TypeRef) -> model::Resolved {
+/// The resolved atom of `ty`, which the test keeps (leaked) for the
+/// borrowed views to live as long as the test.
+fn resolve(ty: &TypeRef) -> model::Resolved<'static> {
+    let ty: &'static TypeRef = Box::leak(Box::new(ty.clone()));
     ty.schema.resolve(&ty.spec).expect("resolvable type")
 }
 
