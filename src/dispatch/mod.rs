@@ -20,8 +20,8 @@ use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
-use crate::request::{AdmissionRequest, ClusterObjects};
-use crate::schema::SchemaStore;
+use crate::request::{AdmissionRequest, ClusterObjects, GroupVersionKind};
+use crate::schema::{SchemaStore, TypeRef};
 use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelBool, CelList, CelString, CelStruct};
 use cel::common::value::Val;
@@ -467,6 +467,7 @@ impl PolicySet {
             errors: Vec::new(),
             observer,
             checks: ObjectChecks::default(),
+            schema: None,
         };
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
@@ -581,9 +582,7 @@ impl PolicySet {
             );
             return Ok(());
         }
-        let schema =
-            ctx.schemas
-                .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
+        let schema = state.schema_of(&matched.gvk, ctx.schemas);
 
         // The object in the matched version (CRD versions differ only by apiVersion).
         let Some(mut versioned) = state.attrs.object.take() else {
@@ -843,6 +842,23 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
+    /// The schema last looked up, by kind: every binding of an admission
+    /// usually matches the same kind.
+    schema: Option<(GroupVersionKind, Option<TypeRef>)>,
+}
+
+impl AdmissionState<'_> {
+    /// The schema of `gvk` in `schemas`, looked up once per kind met in a row.
+    fn schema_of(&mut self, gvk: &GroupVersionKind, schemas: &SchemaStore) -> Option<TypeRef> {
+        match &self.schema {
+            Some((kind, schema)) if kind == gvk => schema.clone(),
+            _ => {
+                let schema = schemas.lookup(&gvk.group, &gvk.version, &gvk.kind);
+                self.schema = Some((gvk.clone(), schema.clone()));
+                schema
+            }
+        }
+    }
 }
 
 /// The inputs of an invocation besides the object, which changes with each
