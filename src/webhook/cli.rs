@@ -94,8 +94,9 @@ pub struct ServeArgs {
     /// Log format (the level comes from RUST_LOG, default `info`).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// Threads handling connections (default: one per core). Evaluations run
-    /// on a separate pool.
+    /// Threads handling connections and evaluating their requests (default:
+    /// one per core); only evaluations that may ask the API server (a
+    /// SubjectAccessReview authorizer) run on a separate blocking pool.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 }
