@@ -20,12 +20,7 @@ impl kmutate::dispatch::AdmissionObserver for NoMetrics {}
 
 fn fixture() -> (Engine, Vec<u8>) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook");
-    let sources = EngineSources {
-        policies: vec![dir.join("policies")],
-        bindings: vec![dir.join("bindings")],
-        resources: vec![dir.join("resources")],
-    };
-    let engine = Engine::load(&sources, Box::new(AlwaysDeny));
+    let engine = Engine::load(&EngineSources::under(&dir), Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
     let body = std::fs::read(dir.join("review.json")).expect("bench/webhook/review.json");
     // Compact, as kube-apiserver sends it (and `kmutate loadtest` does).

@@ -64,6 +64,17 @@ pub struct EngineSources {
     pub resources: Vec<PathBuf>,
 }
 
+impl EngineSources {
+    /// The `policies/`, `bindings/` and `resources/` folders under `dir`.
+    pub fn under(dir: &std::path::Path) -> EngineSources {
+        EngineSources {
+            policies: vec![dir.join("policies")],
+            bindings: vec![dir.join("bindings")],
+            resources: vec![dir.join("resources")],
+        }
+    }
+}
+
 /// Policies and bindings compiled into a [`PolicySet`], with the problems
 /// found reading and compiling them; kept apart from the cluster objects so
 /// that a change of params or Namespaces does not recompile anything.
@@ -246,5 +257,68 @@ impl Engine {
         self.compiled
             .set
             .admit_with(request, &self.context(), observer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authorizer::AlwaysDeny;
+    use crate::matching::complete_request;
+    use std::cell::Cell;
+    use std::path::Path;
+
+    /// Counts mutations; asks the admission to stop once `stop_after` ran.
+    struct StopAfter {
+        stop_after: usize,
+        mutations: Cell<usize>,
+    }
+
+    impl AdmissionObserver for StopAfter {
+        fn mutation(&self, _: &str, _: &str, _: std::time::Duration, _: Option<&str>) {
+            self.mutations.set(self.mutations.get() + 1);
+        }
+
+        fn interrupted(&self) -> bool {
+            self.mutations.get() >= self.stop_after
+        }
+    }
+
+    /// The benchmark fixture: ten policies that all patch the recorded Pod.
+    fn fixture() -> (Engine, AdmissionRequest) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/webhook");
+        let engine = Engine::load(&EngineSources::under(&dir), Box::new(AlwaysDeny));
+        assert!(engine.problems().is_empty(), "{:?}", engine.problems());
+        let body = std::fs::read(dir.join("review.json")).expect("fixture review");
+        let mut request = crate::webhook::review::decode(&body)
+            .expect("fixture decodes")
+            .request;
+        complete_request(&mut request, engine.resources());
+        (engine, request)
+    }
+
+    #[test]
+    fn an_interrupted_admission_runs_no_further_binding() {
+        let (engine, request) = fixture();
+        let whole = StopAfter {
+            stop_after: usize::MAX,
+            mutations: Cell::new(0),
+        };
+        assert!(matches!(
+            engine.admit(&request, &whole),
+            Outcome::Admitted { .. }
+        ));
+        assert!(whole.mutations.get() > 3, "{}", whole.mutations.get());
+
+        let stopped = StopAfter {
+            stop_after: 3,
+            mutations: Cell::new(0),
+        };
+        match engine.admit(&request, &stopped) {
+            Outcome::Denied { code, .. } => assert_eq!(code, 500),
+            other => panic!("not stopped: {other:?}"),
+        }
+        // Each fixture binding runs one mutation: none after the third.
+        assert_eq!(stopped.mutations.get(), 3);
     }
 }
