@@ -136,6 +136,28 @@ fn response(body: &Value, api_version: &str, uid: &str) -> Value {
     body["response"].clone()
 }
 
+/// Posts a v1 review of a CREATE of `object` (`kind` in `resource`, core
+/// group, no namespace) and returns its checked `response`.
+async fn create(
+    conn: &mut Connection,
+    uid: &str,
+    kind: &str,
+    resource: &str,
+    object: &Value,
+) -> Value {
+    let r = conn
+        .post(
+            "/mutate",
+            review(
+                "admission.k8s.io/v1",
+                request_for(uid, "", "v1", kind, resource, object),
+            ),
+        )
+        .await
+        .unwrap();
+    response(&r.json().unwrap(), "admission.k8s.io/v1", uid)
+}
+
 fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
     let patch = response.get("patch")?.as_str()?;
     assert_eq!(response["patchType"], "JSONPatch");
@@ -238,17 +260,7 @@ fn unmatched_request_gets_no_patch_and_no_evaluation() {
         let server = started_on_fixture(&dir).await;
         let mut conn = connect(&server).await;
         let cm = config_map("settings");
-        let r = conn
-            .post(
-                "/mutate",
-                review(
-                    "admission.k8s.io/v1",
-                    request_for("u-1", "", "v1", "ConfigMap", "configmaps", &cm),
-                ),
-            )
-            .await
-            .unwrap();
-        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "u-1");
+        let resp = create(&mut conn, "u-1", "ConfigMap", "configmaps", &cm).await;
         assert_eq!(resp["allowed"], true);
         assert!(
             resp.get("patch").is_none() && resp.get("patchType").is_none(),
@@ -353,6 +365,42 @@ metadata: {name: fails-open-binding}
 spec: {policyName: fails-open}
 "#;
 
+/// `count` policies, each setting its own label on ConfigMaps.
+fn labelling_policies(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            let mutation = format!(
+                r#"patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{{metadata: Object.metadata{{labels: {{"l{i}": "v"}}}}}}'"#
+            );
+            policy_and_binding(&format!("label-{i}"), "configmaps", "Fail", &mutation)
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[test]
+fn a_request_many_bindings_match_gets_every_mutation() {
+    // Past a few dozen matching bindings the evaluation leaves the worker
+    // for the blocking pool: the answer must not change.
+    let dir = scratch("many-bindings");
+    run(Duration::from_secs(60), async {
+        let policies = write_policies(&dir, &labelling_policies(40));
+        let server = started(config(&dir, vec![policies], vec![])).await;
+        let mut conn = connect(&server).await;
+        let cm = config_map("m");
+        let resp = create(&mut conn, "m-1", "ConfigMap", "configmaps", &cm).await;
+        assert_eq!(resp["allowed"], true, "{resp}");
+        let mut patched = cm.clone();
+        json_patch::patch(&mut patched, &decoded_patch(&resp).expect("a patch")).unwrap();
+        let labels: serde_json::Map<String, Value> =
+            (0..40).map(|i| (format!("l{i}"), json!("v"))).collect();
+        assert_eq!(patched["metadata"]["labels"], Value::Object(labels));
+        server.shutdown().await;
+    });
+}
+
 #[test]
 fn failing_policy_denies_with_fail_and_admits_with_ignore() {
     let dir = scratch("failure-policy");
@@ -362,17 +410,7 @@ fn failing_policy_denies_with_fail_and_admits_with_ignore() {
         let mut conn = connect(&server).await;
 
         let cm = config_map("a");
-        let r = conn
-            .post(
-                "/mutate",
-                review(
-                    "admission.k8s.io/v1",
-                    request_for("f-1", "", "v1", "ConfigMap", "configmaps", &cm),
-                ),
-            )
-            .await
-            .unwrap();
-        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "f-1");
+        let resp = create(&mut conn, "f-1", "ConfigMap", "configmaps", &cm).await;
         assert_eq!(resp["allowed"], false, "{resp}");
         assert_eq!(resp["status"]["code"], 403);
         assert_eq!(resp["status"]["reason"], "Forbidden");
@@ -385,17 +423,7 @@ fn failing_policy_denies_with_fail_and_admits_with_ignore() {
 
         let mut secret = config_map("s");
         secret["kind"] = json!("Secret");
-        let r = conn
-            .post(
-                "/mutate",
-                review(
-                    "admission.k8s.io/v1",
-                    request_for("f-2", "", "v1", "Secret", "secrets", &secret),
-                ),
-            )
-            .await
-            .unwrap();
-        let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "f-2");
+        let resp = create(&mut conn, "f-2", "Secret", "secrets", &secret).await;
         assert_eq!(resp["allowed"], true, "{resp}");
         assert!(
             resp.get("patch").is_none() && resp.get("status").is_none(),
@@ -627,14 +655,10 @@ fn client_certificates_are_required_with_a_client_ca() {
 }
 
 /// A policy whose expression takes a while (nested comprehensions).
-fn slow_policy(name: &str, resource: &str, failure_policy: &str, width: usize) -> String {
-    let list = format!(
-        "[{}]",
-        (0..width)
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+/// A policy on `resource` CREATEs in the core group, with one mutation
+/// (`mutation`: its `patchType` line and what follows, at list-item depth),
+/// and its binding, both named `name`.
+fn policy_and_binding(name: &str, resource: &str, failure_policy: &str, mutation: &str) -> String {
     format!(
         r#"
 apiVersion: admissionregistration.k8s.io/v1
@@ -649,9 +673,7 @@ spec:
       resources: [{resource}]
   failurePolicy: {failure_policy}
   mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: '{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0))) ? [JSONPatch{{op: "add", path: "/data/slow", value: "yes"}}] : []'
+  - {mutation}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding
@@ -659,6 +681,22 @@ metadata: {{name: {name}}}
 spec: {{policyName: {name}}}
 "#
     )
+}
+
+fn slow_policy(name: &str, resource: &str, failure_policy: &str, width: usize) -> String {
+    let list = format!(
+        "[{}]",
+        (0..width)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mutation = format!(
+        r#"patchType: JSONPatch
+    jsonPatch:
+      expression: '{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0))) ? [JSONPatch{{op: "add", path: "/data/slow", value: "yes"}}] : []'"#
+    );
+    policy_and_binding(name, resource, failure_policy, &mutation)
 }
 
 #[test]

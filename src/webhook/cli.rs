@@ -95,8 +95,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// Threads handling connections and evaluating their requests (default:
-    /// one per core); only evaluations that may ask the API server (a
-    /// SubjectAccessReview authorizer) run on a separate blocking pool.
+    /// one per core); requests more than 32 bindings match, and those whose
+    /// authorizer asks the API server, are evaluated on a separate pool.
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 }

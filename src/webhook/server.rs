@@ -584,7 +584,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
                 .iter()
                 .find(|m| m.failure_policy == FailurePolicy::Fail)
                 .map(|m| (m.policy.to_string(), m.binding.to_string()));
-            (review, !matched.is_empty(), fallback)
+            (review, matched.len(), fallback)
         })
     }));
     let (review, matched, fallback) = match decoded {
@@ -618,7 +618,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     let operation = review.request.operation.clone();
     let resource = resource_label(&review.request);
 
-    if !matched || review.request.object.is_none() {
+    if matched == 0 || review.request.object.is_none() {
         let bytes = review::encode(version, &uid, &Answer::allow());
         metrics.observe_request(
             &operation,
@@ -630,9 +630,10 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     }
 
     // Evaluation runs here on the worker (handing it to another thread costs
-    // more than most evaluations), stopped from inside at the deadline;
-    // only one that may wait on the network goes to the blocking pool.
-    let evaluated = if engine.may_block() {
+    // more than most evaluations), stopped from inside at the deadline. One
+    // that may wait on the network, or run many bindings, goes to the
+    // blocking pool, so that the workers keep answering (probes included).
+    let evaluated = if engine.may_block() || matched > INLINE_MAX_BINDINGS {
         let metrics = metrics.clone();
         let request = review.request;
         let until = started + shared.timeout;
@@ -678,6 +679,11 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     metrics.observe_request(&operation, &resource, result, started.elapsed());
     reply(StatusCode::OK, "application/json", bytes)
 }
+
+/// The most matching bindings a request may have to be evaluated on the
+/// worker that read it; more go to the blocking pool. (The benchmark's ten
+/// policies take about 0.3 ms together; a thousand, about 7 ms.)
+const INLINE_MAX_BINDINGS: usize = 32;
 
 /// How much of an oversized body is read and dropped before answering 413,
 /// so that the client, still writing, gets to read the answer.
