@@ -20,8 +20,8 @@ use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
-use crate::request::{AdmissionRequest, ClusterObjects, GroupVersionKind};
-use crate::schema::{SchemaStore, TypeRef};
+use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelBool, CelList, CelString, CelStruct};
 use cel::common::value::Val;
@@ -467,7 +467,6 @@ impl PolicySet {
             errors: Vec::new(),
             observer,
             checks: ObjectChecks::default(),
-            schema: None,
         };
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
@@ -582,7 +581,9 @@ impl PolicySet {
             );
             return Ok(());
         }
-        let schema = state.schema_of(&matched.gvk, ctx.schemas);
+        let schema =
+            ctx.schemas
+                .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
 
         // The object in the matched version (CRD versions differ only by apiVersion).
         let Some(mut versioned) = state.attrs.object.take() else {
@@ -732,9 +733,10 @@ impl PolicySet {
             for (index, (patch_type, expr)) in compiled.mutations.iter().enumerate() {
                 let started = std::time::Instant::now();
                 let before = observer.wants_steps().then(|| versioned.clone());
-                let observe = |current: &Json, after: Result<&Json, &str>| {
+                // `current` is the object after the mutation, unchanged by a failed one.
+                let observe = |current: &Json, error: Option<&str>| {
                     let elapsed = started.elapsed();
-                    observer.mutation(&policy.name, &binding.name, elapsed, after.err());
+                    observer.mutation(&policy.name, &binding.name, elapsed, error);
                     if let Some(before) = &before {
                         observer.mutation_step(&MutationStep {
                             policy: &policy.name,
@@ -744,14 +746,14 @@ impl PolicySet {
                             patch_type: *patch_type,
                             schema: schema.as_ref(),
                             before,
-                            after: after.map(|_| current),
+                            after: error.map_or(Ok(current), Err),
                         });
                     }
                 };
                 let expr = match expr {
                     Ok(e) => e,
                     Err(e) => {
-                        observe(&versioned, Err(e));
+                        observe(&versioned, Some(e));
                         state.errors.push(error(e.clone()));
                         continue;
                     }
@@ -780,7 +782,7 @@ impl PolicySet {
                             gvk_string(&matched.gvk)
                         ),
                     };
-                    observe(&versioned, Err(&status.message));
+                    observe(&versioned, Some(&status.message));
                     outcome = Err(status);
                     break;
                 };
@@ -789,15 +791,15 @@ impl PolicySet {
                     .and_then(|m| apply_mutation(&mut versioned, m, schema, &mut state.checks))
                 {
                     Ok(changed) => {
-                        observe(&versioned, Ok(&versioned));
+                        observe(&versioned, None);
                         invocation_changed |= changed;
                     }
                     Err(StepError::Policy(e)) => {
-                        observe(&versioned, Err(&e));
+                        observe(&versioned, Some(&e));
                         state.errors.push(error(e))
                     }
                     Err(StepError::Status(st)) => {
-                        observe(&versioned, Err(&st.message));
+                        observe(&versioned, Some(&st.message));
                         outcome = Err(st);
                         break;
                     }
@@ -842,23 +844,6 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
-    /// The schema last looked up, by kind: every binding of an admission
-    /// usually matches the same kind.
-    schema: Option<(GroupVersionKind, Option<TypeRef>)>,
-}
-
-impl AdmissionState<'_> {
-    /// The schema of `gvk` in `schemas`, looked up once per kind met in a row.
-    fn schema_of(&mut self, gvk: &GroupVersionKind, schemas: &SchemaStore) -> Option<TypeRef> {
-        match &self.schema {
-            Some((kind, schema)) if kind == gvk => schema.clone(),
-            _ => {
-                let schema = schemas.lookup(&gvk.group, &gvk.version, &gvk.kind);
-                self.schema = Some((gvk.clone(), schema.clone()));
-                schema
-            }
-        }
-    }
 }
 
 /// The inputs of an invocation besides the object, which changes with each

@@ -12,8 +12,7 @@ use thiserror::Error;
 
 use crate::schema::model::{Atom, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec};
 use crate::schema::typed::{
-    self, error, invalid_atom, list_item_identity, list_item_to_path_element, too_deep,
-    validate_scalar, with_prefix, MAX_DEPTH,
+    self, error, invalid_atom, item_key, too_deep, validate_scalar, with_prefix, MAX_DEPTH,
 };
 use crate::schema::{TypeRef, ValidationError, ValidationErrors};
 
@@ -578,19 +577,17 @@ impl Merger<'_> {
         let mut ids = Vec::with_capacity(items.len());
         let mut observed: HashMap<String, ListItem<'v>> = HashMap::with_capacity(items.len());
         for (i, child) in items.iter().enumerate() {
-            let id = match list_item_identity(self.schema, list, child) {
-                Ok(id) => id,
+            let key = match item_key(self.schema, list, child) {
+                Ok(key) => key,
                 Err(e) => {
                     errs.push(error(format!("element {i}: {e}")));
                     continue;
                 }
             };
+            let id = key.identity();
             if observed.contains_key(&id) {
                 if !allow_duplicates {
-                    // The path element only for the message.
-                    let pe = list_item_to_path_element(self.schema, list, child)
-                        .map(|pe| pe.render())
-                        .unwrap_or_default();
+                    let pe = key.to_path_element().render();
                     errs.push(error(format!("duplicate entries for key {pe}")));
                     continue;
                 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::model::{Atom, FieldDef, ListDef, MapDef, Relationship, Scalar, TypeSpec};
+use super::KindIndex;
 
 /// The generated table, embedded at build time.
 const TABLE: &str = include_str!("builtin_schemas.json");
@@ -14,7 +15,7 @@ const TABLE: &str = include_str!("builtin_schemas.json");
 /// The parsed table: named types and the (group, version, kind) index.
 pub(crate) struct BuiltinTable {
     pub(crate) types: HashMap<String, Atom>,
-    pub(crate) kinds: HashMap<(String, String, String), Arc<str>>,
+    pub(crate) kinds: KindIndex,
 }
 
 /// Parses the embedded table. An unreadable table (a build defect caught by
@@ -22,7 +23,7 @@ pub(crate) struct BuiltinTable {
 pub(crate) fn load() -> BuiltinTable {
     parse(TABLE).unwrap_or_else(|_| BuiltinTable {
         types: HashMap::new(),
-        kinds: HashMap::new(),
+        kinds: KindIndex::default(),
     })
 }
 
@@ -39,7 +40,7 @@ pub(crate) fn parse(text: &str) -> Result<BuiltinTable, String> {
             decode_atom(atom).map_err(|e| format!("{name}: {e}"))?,
         );
     }
-    let mut kinds = HashMap::new();
+    let mut kinds = KindIndex::default();
     if let Some(gvk) = doc.get("gvk").and_then(Value::as_object) {
         for (key, name) in gvk {
             let mut parts = key.splitn(3, '/');
@@ -48,10 +49,7 @@ pub(crate) fn parse(text: &str) -> Result<BuiltinTable, String> {
             else {
                 return Err(format!("bad gvk entry {key}"));
             };
-            kinds.insert(
-                (g.to_string(), v.to_string(), k.to_string()),
-                Arc::from(name),
-            );
+            kinds.insert(g, v, k, Arc::from(name));
         }
     }
     Ok(BuiltinTable { types, kinds })

@@ -58,8 +58,45 @@ impl fmt::Debug for TypeRef {
 /// Schemas by (group, version, kind): the built-in kinds plus CRD kinds.
 pub struct SchemaStore {
     schema: Arc<SchemaData>,
-    kinds: HashMap<(String, String, String), Arc<str>>,
+    kinds: KindIndex,
     fallback: Option<Arc<SchemaStore>>,
+}
+
+/// Type names by kind, then (group, version): looked up from borrowed
+/// strings on every binding of every admission, so without building a key,
+/// and hashed with foldhash (the keys come from schemas, not requests).
+#[derive(Default)]
+pub(crate) struct KindIndex(HashMap<String, Vec<KindEntry>, foldhash::fast::RandomState>);
+
+/// One (group, version) of a kind and the name of its type.
+type KindEntry = (String, String, Arc<str>);
+
+impl KindIndex {
+    /// Names `group/version, Kind=kind` type `name`.
+    pub(crate) fn insert(&mut self, group: &str, version: &str, kind: &str, name: Arc<str>) {
+        let entries = self.0.entry(kind.to_string()).or_default();
+        match entries
+            .iter_mut()
+            .find(|(g, v, _)| g == group && v == version)
+        {
+            Some(entry) => entry.2 = name,
+            None => entries.push((group.to_string(), version.to_string(), name)),
+        }
+    }
+
+    /// The type name of `group/version, Kind=kind`.
+    fn get(&self, group: &str, version: &str, kind: &str) -> Option<&Arc<str>> {
+        self.0
+            .get(kind)?
+            .iter()
+            .find(|(g, v, _)| g == group && v == version)
+            .map(|(_, _, name)| name)
+    }
+
+    /// How many kinds in all versions.
+    fn len(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
 }
 
 impl fmt::Debug for SchemaStore {
@@ -95,11 +132,11 @@ impl SchemaStore {
     pub fn with_crds(crds: &[Value]) -> SchemaStore {
         let builtin = SchemaStore::builtin();
         let mut types = HashMap::new();
-        let mut kinds = HashMap::new();
+        let mut kinds = KindIndex::default();
         for crd in crds {
             for t in crd::crd_types(crd) {
                 let name: Arc<str> = Arc::from(t.type_name.as_str());
-                kinds.insert((t.group, t.version, t.kind), name);
+                kinds.insert(&t.group, &t.version, &t.kind, name);
                 types.insert(t.type_name, t.atom);
             }
         }
@@ -118,8 +155,7 @@ impl SchemaStore {
     /// The type of kind `group/version, Kind=kind`, or `None` when the store
     /// has no schema for it.
     pub fn lookup(&self, group: &str, version: &str, kind: &str) -> Option<TypeRef> {
-        let key = (group.to_string(), version.to_string(), kind.to_string());
-        match self.kinds.get(&key) {
+        match self.kinds.get(group, version, kind) {
             Some(name) => Some(TypeRef {
                 schema: self.schema.clone(),
                 spec: TypeSpec::Named {

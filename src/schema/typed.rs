@@ -157,9 +157,9 @@ fn canonical_str(s: &str, out: &mut String) {
 }
 
 /// The fields that identify an associative-list item, borrowed from it (or
-/// from the schema's defaults): what [`list_item_to_path_element`] copies
-/// into a [`PathElement`] and [`list_item_identity`] encodes directly.
-enum ItemKey<'a> {
+/// from the schema's defaults): copied into a [`PathElement`] only for a
+/// message, encoded directly as an identity to match items.
+pub(crate) enum ItemKey<'a> {
     /// Key fields, sorted by name (a default is copied from the schema).
     Key(Vec<(&'a str, Cow<'a, Value>)>),
     /// The item itself (a set item).
@@ -167,7 +167,7 @@ enum ItemKey<'a> {
 }
 
 /// SMD `listItemToPathElement`, borrowing: the key of an associative-list item.
-fn item_key<'a>(
+pub(crate) fn item_key<'a>(
     schema: &'a SchemaData,
     list: &'a ListView,
     child: &'a Value,
@@ -222,7 +222,7 @@ fn item_key<'a>(
 
 impl ItemKey<'_> {
     /// The path element, owning copies of the fields.
-    fn to_path_element(&self) -> PathElement {
+    pub(crate) fn to_path_element(&self) -> PathElement {
         match self {
             ItemKey::Key(fields) => PathElement::Key(
                 fields
@@ -236,46 +236,24 @@ impl ItemKey<'_> {
 
     /// A string equal for the path elements SMD considers equal
     /// (`PathElement.Equals`, numbers compared numerically).
-    fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         let mut out = String::new();
         match self {
-            ItemKey::Key(fields) => key_identity(fields.iter().map(|(n, v)| (*n, &**v)), &mut out),
+            ItemKey::Key(fields) => {
+                out.push('K');
+                for (n, v) in fields {
+                    canonical_str(n, &mut out);
+                    out.push('=');
+                    canonical(v, &mut out);
+                    out.push(';');
+                }
+            }
             ItemKey::Value(v) => {
                 out.push('V');
                 canonical(v, &mut out);
             }
         }
         out
-    }
-}
-
-/// SMD `listItemToPathElement`: the identity of an associative-list item.
-pub(crate) fn list_item_to_path_element(
-    schema: &SchemaData,
-    list: &ListView,
-    child: &Value,
-) -> Result<PathElement, String> {
-    item_key(schema, list, child).map(|k| k.to_path_element())
-}
-
-/// The identity of an associative-list item's path element (equal for items
-/// SMD's `PathElement.Equals` calls equal), without building the element.
-pub(crate) fn list_item_identity(
-    schema: &SchemaData,
-    list: &ListView,
-    child: &Value,
-) -> Result<String, String> {
-    item_key(schema, list, child).map(|k| k.identity())
-}
-
-/// The identity of a key path element with these (sorted) fields.
-fn key_identity<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>, out: &mut String) {
-    out.push('K');
-    for (n, v) in fields {
-        canonical_str(n, out);
-        out.push('=');
-        canonical(v, out);
-        out.push(';');
     }
 }
 
