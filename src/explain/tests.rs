@@ -63,8 +63,8 @@ fn map_keys_that_are_not_identifiers_are_quoted_and_removals_reported() {
     assert_eq!(
         paths(&changes),
         [
-            r#"metadata.labels["app.kubernetes.io/name"]: added "web""#,
             r#"metadata.annotations.note: removed "x""#,
+            r#"metadata.labels["app.kubernetes.io/name"]: added "web""#,
         ]
     );
 }

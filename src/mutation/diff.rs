@@ -84,8 +84,8 @@ fn diff_object(
     pointer: &mut PointerBuf,
     patch: &mut Vec<PatchOperation>,
 ) {
-    // The mutated object keeps the original's key order (new keys last), so
-    // most keys pair up in step; the others are looked up.
+    // Objects keep their keys sorted, so most keys pair up in step; the
+    // others are looked up.
     let mut in_step = left.iter().peekable();
     let mut found = 0usize;
     for (key, r) in right {
