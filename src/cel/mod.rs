@@ -88,6 +88,12 @@ impl CompiledExpression {
             .is_ok()
     }
 
+    /// Whether the expression reads no variable at all (no identifier, not
+    /// even a comprehension's own): its value is the same in any activation.
+    pub fn reads_nothing(&self) -> bool {
+        self.identifiers.is_empty()
+    }
+
     /// The rewritten expression tree.
     pub fn ast(&self) -> &IdedExpr {
         &self.ast

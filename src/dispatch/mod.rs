@@ -28,6 +28,7 @@ use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 /// A policy with its expressions compiled.
 #[derive(Debug)]
@@ -45,6 +46,9 @@ pub struct CompiledPolicy {
     match_access: InputAccess,
     /// What each mutation's activation can observe of its inputs.
     mutation_access: Vec<InputAccess>,
+    /// For each mutation that reads no variable at all (its result is the
+    /// same for every request), that result once evaluated.
+    constant_results: Vec<Option<OnceLock<MutationValue>>>,
 }
 
 /// The JSON inputs of an activation, in this order.
@@ -180,6 +184,17 @@ impl CompiledPolicy {
                     .iter()
                     .map(|(_, e)| InputAccess::of([e], &variables))
                     .collect();
+                // CEL is pure and a mutation gets a fresh budget, so an
+                // expression without identifiers evaluates to the same value
+                // (at the same cost) every time.
+                let constant_results = mutations
+                    .iter()
+                    .map(|(_, e)| {
+                        e.as_ref()
+                            .is_ok_and(CompiledExpression::reads_nothing)
+                            .then(OnceLock::new)
+                    })
+                    .collect();
                 let mut compiled = CompiledPolicy {
                     policy,
                     match_conditions,
@@ -189,6 +204,7 @@ impl CompiledPolicy {
                     reads_namespace_object: false,
                     match_access,
                     mutation_access,
+                    constant_results,
                 };
                 compiled.reads_request = compiled.reads("request");
                 compiled.reads_namespace_object = compiled.reads("namespaceObject");
@@ -758,20 +774,35 @@ impl PolicySet {
                         continue;
                     }
                 };
-                let result = {
-                    let act = inputs.activation(&versioned, &compiled.mutation_access[index]);
-                    act.evaluate(expr, |v| match patch_type {
-                        PatchType::ApplyConfiguration => apply_configuration_value(v),
-                        PatchType::JsonPatch => json_patch_value(v),
-                    })
-                    .map_err(|e| {
-                        if act.out_of_budget() {
-                            e
-                        } else {
-                            format!("expression '{}' resulted in error: {}", expr.source(), e)
+                let constant = compiled.constant_results[index].as_ref();
+                let result = match constant.and_then(OnceLock::get) {
+                    Some(value) => Ok(value.clone()),
+                    None => {
+                        let act = inputs.activation(&versioned, &compiled.mutation_access[index]);
+                        let result = act
+                            .evaluate(expr, |v| match patch_type {
+                                PatchType::ApplyConfiguration => apply_configuration_value(v),
+                                PatchType::JsonPatch => json_patch_value(v),
+                            })
+                            .map_err(|e| {
+                                if act.out_of_budget() {
+                                    e
+                                } else {
+                                    format!(
+                                        "expression '{}' resulted in error: {}",
+                                        expr.source(),
+                                        e
+                                    )
+                                }
+                            })
+                            .and_then(|r| r);
+                        // Errors are not kept: an evaluation stopped by the
+                        // request's deadline is no property of the expression.
+                        if let (Some(cell), Ok(value)) = (constant, &result) {
+                            let _ = cell.set(value.clone());
                         }
-                    })
-                    .and_then(|r| r)
+                        result
+                    }
                 };
                 let Some(schema) = schema.as_ref() else {
                     // Upstream: no type converter for the kind (dispatchOne).
@@ -981,6 +1012,8 @@ fn param_key(param: &Json) -> String {
     )
 }
 
+/// A mutation expression's result, ready to apply.
+#[derive(Debug, Clone)]
 enum MutationValue {
     Apply(Json),
     Patch(Vec<PatchOperation>),
@@ -1061,6 +1094,84 @@ mod tests {
             .iter()
             .map(|e| format!("{}: {}", e.field, e.message))
             .collect()
+    }
+
+    /// A ConfigMap CREATE of `data`, completed as the webhook completes it.
+    fn configmap_create(data: Json, resources: &ResourceTable) -> AdmissionRequest {
+        let mut request = AdmissionRequest {
+            operation: "CREATE".into(),
+            namespace: "default".into(),
+            object: Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "namespace": "default"}, "data": data})),
+            ..Default::default()
+        };
+        request.kind.version = "v1".into();
+        request.kind.kind = "ConfigMap".into();
+        request.resource.version = "v1".into();
+        request.resource.resource = "configmaps".into();
+        crate::matching::complete_request(&mut request, resources);
+        request
+    }
+
+    // A mutation that reads no variable is evaluated once and its result
+    // kept: every later request must still get the mutation applied to its
+    // own object, as if the expression ran again.
+    #[test]
+    fn a_constant_mutation_applies_to_every_request() {
+        let policy = policy_from_json(
+            &json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": "p"},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                    "mutations": [
+                        {"patchType": "ApplyConfiguration", "applyConfiguration":
+                            {"expression": "Object{data: {'constant': 'yes'}}"}},
+                        {"patchType": "JSONPatch", "jsonPatch":
+                            {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'l': 'v'}}]"}},
+                        {"patchType": "ApplyConfiguration", "applyConfiguration":
+                            {"expression": "Object{data: {'size': string(size(object.data))}}"}}
+                    ]
+                }
+            }),
+            SourceRef::default(),
+        )
+        .expect("valid policy");
+        let binding = crate::api::binding_from_json(
+            &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "b"},
+                "spec": {"policyName": "p"}}),
+            SourceRef::default(),
+        )
+        .expect("valid binding");
+        let (set, errors) = PolicySet::new(vec![policy], vec![binding]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let cluster = ClusterObjects::default();
+        let resources = ResourceTable::builtin();
+        let ctx = AdmissionContext {
+            cluster: &cluster,
+            schemas: &SchemaStore::builtin(),
+            resources: &resources,
+            authorizer: &crate::authorizer::AlwaysDeny,
+        };
+        for (data, size) in [
+            (json!({"a": "1"}), "2"),
+            (json!({"b": "2", "c": "3"}), "3"),
+            (json!({"a": "1"}), "2"),
+        ] {
+            let mut expected = data.clone();
+            expected["constant"] = json!("yes");
+            expected["size"] = json!(size);
+            match set.admit(&configmap_create(data, &resources), &ctx) {
+                Outcome::Admitted { object, .. } => {
+                    assert_eq!(object["data"], expected);
+                    assert_eq!(object["metadata"]["labels"], json!({"l": "v"}));
+                }
+                other => panic!("not admitted: {other:?}"),
+            }
+        }
     }
 
     // Upstream's `plugin/cel/composition.go` (`CompositedCompiler`):
