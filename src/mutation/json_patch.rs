@@ -155,6 +155,16 @@ pub fn apply_patch_in_place(
     doc: &mut Value,
     ops: &[PatchOperation],
 ) -> Result<bool, JsonPatchError> {
+    if let [op] = ops {
+        if matches!(op.op.as_str(), "add" | "replace" | "remove") {
+            // Checked on the untouched document first, with every error
+            // exactly as the general path gives it.
+            patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
+            if let Some(changed) = apply_checked_op(doc, op) {
+                return Ok(changed);
+            }
+        }
+    }
     let mut movable = AddressSet::default();
     let built = {
         let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
@@ -173,6 +183,74 @@ pub fn apply_patch_in_place(
     take_movable(doc, &movable, &mut taken);
     *doc = built.build(&mut taken);
     Ok(true)
+}
+
+/// Applies one `add`, `replace` or `remove` that [`patched`] accepted on
+/// `doc` directly where its path points; whether `doc` changed (by `==`).
+/// `None`, with `doc` untouched, for a path this shortcut does not walk
+/// (the general path then applies the operation).
+///
+/// Most patches are one such operation on a large object: this spares
+/// rebuilding the object around it.
+fn apply_checked_op(doc: &mut Value, op: &PatchOperation) -> Option<bool> {
+    let path = op.path.strip_prefix('/')?;
+    let (parents, last) = match path.rfind('/') {
+        Some(i) => (Some(&path[..i]), &path[i + 1..]),
+        None => (None, path),
+    };
+    let mut target = doc;
+    for part in parents.into_iter().flat_map(|p| p.split('/')) {
+        let part = decode_key(part);
+        target = match target {
+            Value::Object(m) => m.get_mut(part.as_ref())?,
+            Value::Array(a) => {
+                let i = get_index(&part, a.len()).ok()?;
+                a.get_mut(i)?
+            }
+            _ => return None,
+        };
+        if target.is_null() {
+            return None;
+        }
+    }
+    let key = decode_key(last);
+    let value = || op.value.clone().unwrap_or(Value::Null);
+    match (op.op.as_str(), target) {
+        ("add" | "replace", Value::Object(m)) => {
+            let value = value();
+            if m.get(key.as_ref()) == Some(&value) {
+                return Some(false);
+            }
+            m.insert(key.into_owned(), value);
+            Some(true)
+        }
+        ("add", Value::Array(a)) => {
+            let i = if key == "-" {
+                a.len()
+            } else {
+                insert_index(&key, a.len()).ok()?
+            };
+            a.insert(i, value());
+            Some(true)
+        }
+        ("replace", Value::Array(a)) => {
+            let i = get_index(&key, a.len()).ok()?;
+            let value = value();
+            let slot = a.get_mut(i)?;
+            if *slot == value {
+                return Some(false);
+            }
+            *slot = value;
+            Some(true)
+        }
+        ("remove", Value::Object(m)) => m.remove(key.as_ref()).map(|_| true),
+        ("remove", Value::Array(a)) => {
+            let i = remove_index(&key, a.len()).ok()?;
+            a.remove(i);
+            Some(true)
+        }
+        _ => None,
+    }
 }
 
 /// The address that identifies a value of the document.
@@ -2435,6 +2513,72 @@ mod tests {
         assert_eq!(e.op_index(), Some(1));
         assert!(matches!(e, JsonPatchError::Failed { index: 1, .. }));
         assert_eq!(doc, json!({"a": [1]}));
+    }
+
+    // A lone add, replace or remove is applied in place by a shortcut; it
+    // must leave exactly what the general path gives (itself checked
+    // against upstream's cases above), and fail the same way.
+    #[test]
+    fn a_lone_operation_applies_as_the_general_path_does() {
+        let doc = json!({"a": {"b": 1, "n": null, "l": [1, 2, 3], "m/k": {"x~y": 2}},
+            "s": "str", "e": {}, "z": [[0], {"k": 1}]});
+        let value = json!({"v": [1]});
+        let mut ops = Vec::new();
+        for path in [
+            "",
+            "/",
+            "/a",
+            "/a/b",
+            "/a/new",
+            "/a/n",
+            "/a/n/x",
+            "/a/l/0",
+            "/a/l/2",
+            "/a/l/3",
+            "/a/l/-",
+            "/a/l/-1",
+            "/a/l/-3",
+            "/a/l/-4",
+            "/a/l/01",
+            "/a/l/x",
+            "/a/m~1k/x~0y",
+            "/a/m~1k/new",
+            "/s/x",
+            "/e/x",
+            "/missing/x",
+            "/z/0/0",
+            "/z/1/k",
+            "/z/2/k",
+            "a/b",
+        ] {
+            ops.push(add(path, value.clone()));
+            ops.push(add(path, json!(1)));
+            ops.push(replace(path, value.clone()));
+            ops.push(replace(path, json!(null)));
+            ops.push(remove(path));
+            ops.push(PatchOperation {
+                op: "add".into(),
+                path: path.into(),
+                from: None,
+                value: None,
+            });
+        }
+        for op in &ops {
+            let general = apply_patch(&doc, std::slice::from_ref(op));
+            let mut in_place = doc.clone();
+            let got = apply_patch_in_place(&mut in_place, std::slice::from_ref(op));
+            match (general, got) {
+                (Ok(expected), Ok(changed)) => {
+                    assert_eq!(in_place, expected, "{op:?}");
+                    assert_eq!(changed, expected != doc, "{op:?}");
+                }
+                (Err(expected), Err(e)) => {
+                    assert_eq!(e.to_string(), expected.to_string(), "{op:?}");
+                    assert_eq!(in_place, doc, "{op:?}");
+                }
+                (general, got) => panic!("{op:?}: general {general:?}, in place {got:?}"),
+            }
+        }
     }
 
     #[test]
