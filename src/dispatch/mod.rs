@@ -597,6 +597,25 @@ impl PolicySet {
             );
             return Ok(());
         }
+        // The invocation keys of the reinvocation bookkeeping; in the
+        // reinvocation pass, a binding none of whose invocations is due
+        // stops here (matching and params ran, as upstream's do).
+        let keys: Vec<String> = params
+            .iter()
+            .map(|param| {
+                format!(
+                    "{}\u{0}{}\u{0}{}",
+                    policy.name,
+                    binding.name,
+                    param.as_ref().map(param_key).unwrap_or_default()
+                )
+            })
+            .collect();
+        if let Some(set) = &state.reinvoke {
+            if !keys.iter().any(|key| set.contains(key)) {
+                return Ok(());
+            }
+        }
         let schema =
             ctx.schemas
                 .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
@@ -648,13 +667,7 @@ impl PolicySet {
         let old_object = state.attrs.old_object.as_ref().unwrap_or(&null);
 
         let mut outcome = Ok(());
-        for param in &params {
-            let key = format!(
-                "{}\u{0}{}\u{0}{}",
-                policy.name,
-                binding.name,
-                param.as_ref().map(param_key).unwrap_or_default()
-            );
+        for (param, key) in params.iter().zip(keys) {
             if let Some(set) = &state.reinvoke {
                 if !set.contains(&key) {
                     continue;
