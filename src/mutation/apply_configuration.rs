@@ -7,6 +7,10 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+/// Item identities are hashed on every list merge: foldhash (randomly
+/// seeded, as the schema's maps) costs far less than SipHash there.
+type FastHash = foldhash::fast::RandomState;
+
 use serde_json::{Map, Value};
 use thiserror::Error;
 
@@ -120,14 +124,7 @@ pub fn apply_configuration_in_place(
     }
 
     let mut atomics = Vec::new();
-    find_atomics(
-        schema,
-        &ty.spec,
-        &patch,
-        &mut String::new(),
-        &mut atomics,
-        0,
-    );
+    find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
     if !atomics.is_empty() {
         return Err(ApplyError::AtomicMutation(atomics));
     }
@@ -256,14 +253,20 @@ impl Change {
     }
 }
 
+/// One step of a path into the patch, rendered only for an atomic found.
+enum Step<'v> {
+    Field(&'v str),
+    Item(usize),
+}
+
 /// Upstream `findAtomics`: paths of the atomic lists, maps and structs in
 /// the patch. Only declared fields are descended into (not map elements);
 /// an atomic value's contents are still searched.
-fn find_atomics(
+fn find_atomics<'v>(
     schema: &SchemaData,
     spec: &TypeSpec,
-    v: &Value,
-    path: &mut String,
+    v: &'v Value,
+    path: &mut Vec<Step<'v>>,
     out: &mut Vec<String>,
     depth: usize,
 ) {
@@ -273,29 +276,43 @@ fn find_atomics(
     let Some(atom) = schema.resolve(spec) else {
         return;
     };
+    let render = |path: &[Step]| {
+        let mut s = String::new();
+        for step in path {
+            match step {
+                Step::Field(key) => {
+                    s.push('.');
+                    s.push_str(key);
+                }
+                Step::Item(i) => {
+                    s.push('[');
+                    s.push_str(itoa::Buffer::new().format(*i));
+                    s.push(']');
+                }
+            }
+        }
+        s
+    };
     if let (Value::Object(m), Some(map)) = (v, &atom.map) {
         if map.relationship == Some(Relationship::Atomic) {
-            out.push(path.clone());
+            out.push(render(path));
         }
         for (key, val) in m {
             if let Some(field) = map.def.field(key) {
-                let len = path.len();
-                path.push('.');
-                path.push_str(key);
+                path.push(Step::Field(key));
                 find_atomics(schema, &field.ty, val, path, out, depth + 1);
-                path.truncate(len);
+                path.pop();
             }
         }
     }
     if let (Value::Array(items), Some(list)) = (v, &atom.list) {
         if list.relationship == Some(Relationship::Atomic) {
-            out.push(path.clone());
+            out.push(render(path));
         }
         for (i, item) in items.iter().enumerate() {
-            let len = path.len();
-            path.push_str(&format!("[{i}]"));
+            path.push(Step::Item(i));
             find_atomics(schema, &list.def.element, item, path, out, depth + 1);
-            path.truncate(len);
+            path.pop();
         }
     }
 }
@@ -572,9 +589,10 @@ impl Merger<'_> {
         items: &'v [Value],
         allow_duplicates: bool,
         errs: &mut Vec<ValidationError>,
-    ) -> (Vec<String>, HashMap<String, ListItem<'v>>) {
+    ) -> (Vec<String>, HashMap<String, ListItem<'v>, FastHash>) {
         let mut ids = Vec::with_capacity(items.len());
-        let mut observed: HashMap<String, ListItem<'v>> = HashMap::with_capacity(items.len());
+        let mut observed: HashMap<String, ListItem<'v>, FastHash> =
+            HashMap::with_capacity_and_hasher(items.len(), FastHash::default());
         for (i, child) in items.iter().enumerate() {
             let key = match item_key(self.schema, list, child) {
                 Ok(key) => key,
@@ -652,7 +670,8 @@ impl Merger<'_> {
             .map(String::as_str)
             .collect();
         let mut next_shared = shared_order.pop_front();
-        let mut merged_rhs: HashSet<&str> = HashSet::with_capacity(rhs_ids.len());
+        let mut merged_rhs: HashSet<&str, FastHash> =
+            HashSet::with_capacity_and_hasher(rhs_ids.len(), FastHash::default());
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
         let mut push =
             |l: Option<ListItem<'v>>, r: Option<ListItem<'v>>| out.push((l, r.map(|(_, v)| v)));

@@ -384,7 +384,7 @@ impl Validator<'_> {
                 }
             };
             let mut errs = Vec::new();
-            let mut seen = HashSet::new();
+            let mut seen: HashSet<String, foldhash::fast::RandomState> = HashSet::default();
             for (i, child) in items.iter().enumerate() {
                 // The item's key; its path element is built only for a message.
                 let key = if list.relationship != Some(Relationship::Associative) {
