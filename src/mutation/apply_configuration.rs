@@ -156,31 +156,31 @@ pub fn apply_configuration_in_place(
 /// What a merge does to one subtree of the object, found before anything is
 /// written so that a failing merge leaves the object as it was.
 #[derive(Debug)]
-enum Change {
+enum Change<'p> {
     /// The subtree becomes this value.
     Set(Value),
     /// The subtree goes (the merge of a map left nothing in it).
     Remove,
     /// A granular map whose listed fields change, in the patch's key
     /// order; the other fields stay as they are.
-    Fields(Vec<(String, Change)>),
+    Fields(Vec<(&'p str, Change<'p>)>),
     /// An associative list rebuilt from these items, in this order; the
     /// object's items that are not listed are dropped.
-    Items(Vec<ItemChange>),
+    Items(Vec<ItemChange<'p>>),
 }
 
 /// One item of a merged associative list ([`Change::Items`]).
 #[derive(Debug)]
-enum ItemChange {
+enum ItemChange<'p> {
     /// The object's item at this index, as it is.
     Keep(usize),
     /// The object's item at this index, changed.
-    Change(usize, Change),
+    Change(usize, Change<'p>),
     /// A new item.
     New(Value),
 }
 
-impl Change {
+impl Change<'_> {
     /// Writes the change into `target`; whether its value changed.
     fn apply(self, target: &mut Value) -> bool {
         match self {
@@ -201,15 +201,15 @@ impl Change {
                 };
                 let mut changed = false;
                 for (key, change) in fields {
-                    match (change, map.get_mut(&key)) {
+                    match (change, map.get_mut(key)) {
                         (Change::Remove, Some(_)) => {
-                            map.remove(&key);
+                            map.remove(key);
                             changed = true;
                         }
                         (Change::Remove, None) => {}
                         (change, Some(field)) => changed |= change.apply(field),
                         (Change::Set(v), None) => {
-                            map.insert(key, v);
+                            map.insert(key.to_string(), v);
                             changed = true;
                         }
                         (Change::Fields(_) | Change::Items(_), None) => {}
@@ -333,13 +333,13 @@ impl Merger<'_> {
     /// its errors (in `merge`'s order). Granular maps present on both sides
     /// are walked key by key so that fields the patch does not name are
     /// left out of the change; anything else is merged as `merge` does it.
-    fn plan(
+    fn plan<'p>(
         &self,
         spec: &TypeSpec,
         lhs: &Value,
-        rhs: &Value,
+        rhs: &'p Value,
         depth: usize,
-    ) -> (Change, Vec<ValidationError>) {
+    ) -> (Change<'p>, Vec<ValidationError>) {
         // Below MAX_DEPTH, so that the items kept untouched are not ones
         // `merge` would refuse as too deep.
         if depth < MAX_DEPTH {
@@ -368,13 +368,13 @@ impl Merger<'_> {
     }
 
     /// [`Merger::merge_map`] as a change to the non-empty `lmap`.
-    fn plan_map(
+    fn plan_map<'p>(
         &self,
         map: &MapView,
         lmap: &Map<String, Value>,
-        rmap: &Map<String, Value>,
+        rmap: &'p Map<String, Value>,
         depth: usize,
-    ) -> (Change, Vec<ValidationError>) {
+    ) -> (Change<'p>, Vec<ValidationError>) {
         let mut fields = Vec::new();
         let mut errs = Vec::new();
         // How many keys the merged map has: `merge_map` drops an empty one.
@@ -390,13 +390,13 @@ impl Merger<'_> {
                 if matches!(change, Change::Remove) {
                     kept -= 1;
                 }
-                fields.push((key.clone(), change));
+                fields.push((key.as_str(), change));
             } else {
                 let (v, e) = self.merge(ty, None, Some(r), depth + 1);
                 errs.extend(with_prefix(e, &format!(".{key}")));
                 if let Some(v) = v {
                     kept += 1;
-                    fields.push((key.clone(), Change::Set(v)));
+                    fields.push((key.as_str(), Change::Set(v)));
                 }
             }
         }
@@ -480,13 +480,13 @@ impl Merger<'_> {
     }
 
     /// [`Merger::merge_list_items`] as a change to the non-empty `lhs`.
-    fn plan_list(
+    fn plan_list<'p>(
         &self,
         list: &ListView,
         lhs: &[Value],
-        rhs: &[Value],
+        rhs: &'p [Value],
         depth: usize,
-    ) -> (Change, Vec<ValidationError>) {
+    ) -> (Change<'p>, Vec<ValidationError>) {
         let pairs = match self.list_pairs(list, lhs, rhs) {
             Ok(pairs) => pairs,
             Err(errs) => return (Change::Remove, errs),
@@ -651,12 +651,12 @@ impl Merger<'_> {
     /// The walk of SMD `visitListItems`: the (object item, applied item)
     /// pairs whose merges make the merged list, in its order, or the errors
     /// of indexing the two lists.
-    fn list_pairs<'v>(
+    fn list_pairs<'l, 'r>(
         &self,
         list: &ListView,
-        lhs: &'v [Value],
-        rhs: &'v [Value],
-    ) -> Result<Vec<ItemPair<'v>>, Vec<ValidationError>> {
+        lhs: &'l [Value],
+        rhs: &'r [Value],
+    ) -> Result<Vec<ItemPair<'l, 'r>>, Vec<ValidationError>> {
         let mut errs = Vec::new();
         let (rhs_ids, observed_rhs) = self.index(list, rhs, false, &mut errs);
         let (lhs_ids, observed_lhs) = self.index(list, lhs, true, &mut errs);
@@ -674,7 +674,7 @@ impl Merger<'_> {
             HashSet::with_capacity_and_hasher(rhs_ids.len(), FastHash::default());
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
         let mut push =
-            |l: Option<ListItem<'v>>, r: Option<ListItem<'v>>| out.push((l, r.map(|(_, v)| v)));
+            |l: Option<ListItem<'l>>, r: Option<ListItem<'r>>| out.push((l, r.map(|(_, v)| v)));
 
         let (llen, rlen) = (lhs_ids.len(), rhs_ids.len());
         let (mut li, mut ri) = (0, 0);
@@ -729,7 +729,7 @@ impl Merger<'_> {
 type ListItem<'v> = (Option<usize>, &'v Value);
 
 /// An object item and an applied item merged into one item of a list.
-type ItemPair<'v> = (Option<ListItem<'v>>, Option<&'v Value>);
+type ItemPair<'l, 'r> = (Option<ListItem<'l>>, Option<&'r Value>);
 
 /// The type of a map's field `key`: its declared field, else the map's
 /// element type, else `fallback` (an untyped value).
