@@ -42,6 +42,9 @@ pub struct CompiledPolicy {
     reads_request: bool,
     /// Whether any expression reads `namespaceObject`.
     reads_namespace_object: bool,
+    /// Whether any expression reads `authorizer` (its values are built per
+    /// activation otherwise).
+    reads_authorizer: bool,
     /// What the match conditions' activation can observe of its inputs.
     match_access: InputAccess,
     /// What each mutation's activation can observe of its inputs.
@@ -202,12 +205,14 @@ impl CompiledPolicy {
                     mutations,
                     reads_request: false,
                     reads_namespace_object: false,
+                    reads_authorizer: false,
                     match_access,
                     mutation_access,
                     constant_results,
                 };
                 compiled.reads_request = compiled.reads("request");
                 compiled.reads_namespace_object = compiled.reads("namespaceObject");
+                compiled.reads_authorizer = compiled.reads(authz::AUTHORIZER_VAR);
                 compiled
             },
             errors,
@@ -679,7 +684,7 @@ impl PolicySet {
                 request: request_json.as_ref(),
                 params: param.as_ref().unwrap_or(&null),
                 namespace_object: &namespace_object,
-                authorizer: ctx.authorizer,
+                authorizer: compiled.reads_authorizer.then_some(ctx.authorizer),
                 attrs: &state.attrs,
                 variables: &compiled.variables,
             };
@@ -898,7 +903,8 @@ struct InvocationInputs<'x> {
     request: &'x Json,
     params: &'x Json,
     namespace_object: &'x Json,
-    authorizer: &'x dyn Authorizer,
+    /// `None` when no expression reads `authorizer`.
+    authorizer: Option<&'x dyn Authorizer>,
     attrs: &'x AdmissionRequest,
     variables: &'x [CompiledVariable],
 }
@@ -922,7 +928,9 @@ impl<'x> InvocationInputs<'x> {
                 .zip(&access.0)
                 .map(|((name, json), access)| (name, json, access))
                 .collect(),
-            authz::activation_inputs(self.authorizer, self.attrs).into(),
+            self.authorizer
+                .map(|a| authz::activation_inputs(a, self.attrs).into())
+                .unwrap_or_default(),
             self.variables,
         )
     }
