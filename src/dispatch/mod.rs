@@ -1095,8 +1095,9 @@ mod tests {
     use crate::api::{policy_from_json, SourceRef};
     use serde_json::json;
 
-    /// The compile errors of a policy with these variables and mutation.
-    fn compile_errors(variables: Json, mutation: &str) -> Vec<String> {
+    /// Policy `p` (v1beta1) on ConfigMap CREATEs with these variables and
+    /// mutations.
+    fn configmap_policy(variables: Json, mutations: Json) -> Policy {
         let doc = json!({
             "apiVersion": "admissionregistration.k8s.io/v1beta1",
             "kind": "MutatingAdmissionPolicy",
@@ -1105,11 +1106,19 @@ mod tests {
                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                     "operations": ["CREATE"], "resources": ["configmaps"]}]},
                 "variables": variables,
-                "mutations": [{"patchType": "ApplyConfiguration",
-                    "applyConfiguration": {"expression": mutation}}]
+                "mutations": mutations
             }
         });
-        let policy = policy_from_json(&doc, SourceRef::default()).expect("valid policy");
+        policy_from_json(&doc, SourceRef::default()).expect("valid policy")
+    }
+
+    /// The compile errors of a policy with these variables and mutation.
+    fn compile_errors(variables: Json, mutation: &str) -> Vec<String> {
+        let policy = configmap_policy(
+            variables,
+            json!([{"patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": mutation}}]),
+        );
         let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy);
         errors
             .iter()
@@ -1139,27 +1148,17 @@ mod tests {
     // own object, as if the expression ran again.
     #[test]
     fn a_constant_mutation_applies_to_every_request() {
-        let policy = policy_from_json(
-            &json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingAdmissionPolicy",
-                "metadata": {"name": "p"},
-                "spec": {
-                    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                        "operations": ["CREATE"], "resources": ["configmaps"]}]},
-                    "mutations": [
-                        {"patchType": "ApplyConfiguration", "applyConfiguration":
-                            {"expression": "Object{data: {'constant': 'yes'}}"}},
-                        {"patchType": "JSONPatch", "jsonPatch":
-                            {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'l': 'v'}}]"}},
-                        {"patchType": "ApplyConfiguration", "applyConfiguration":
-                            {"expression": "Object{data: {'size': string(size(object.data))}}"}}
-                    ]
-                }
-            }),
-            SourceRef::default(),
-        )
-        .expect("valid policy");
+        let policy = configmap_policy(
+            json!([]),
+            json!([
+                {"patchType": "ApplyConfiguration", "applyConfiguration":
+                    {"expression": "Object{data: {'constant': 'yes'}}"}},
+                {"patchType": "JSONPatch", "jsonPatch":
+                    {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'l': 'v'}}]"}},
+                {"patchType": "ApplyConfiguration", "applyConfiguration":
+                    {"expression": "Object{data: {'size': string(size(object.data))}}"}}
+            ]),
+        );
         let binding = crate::api::binding_from_json(
             &json!({"apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "b"},

@@ -7,10 +7,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-/// Item identities are hashed on every list merge: foldhash (randomly
-/// seeded, as the schema's maps) costs far less than SipHash there.
-type FastHash = foldhash::fast::RandomState;
-
 use serde_json::{Map, Value};
 use thiserror::Error;
 
@@ -19,6 +15,10 @@ use crate::schema::typed::{
     self, error, invalid_atom, item_key, too_deep, validate_scalar, with_prefix, MAX_DEPTH,
 };
 use crate::schema::{TypeRef, ValidationError, ValidationErrors};
+
+/// Item identities are hashed on every list merge: foldhash (randomly
+/// seeded, as the schema's maps) costs far less than SipHash there.
+type FastHash = foldhash::fast::RandomState;
 
 /// Why an applied configuration could not be merged. The texts are
 /// upstream's; the caller (the patcher) prefixes them with
@@ -259,6 +259,25 @@ enum Step<'v> {
     Item(usize),
 }
 
+/// `path` as findAtomics writes it: `.field` and `[index]` steps.
+fn render_steps(path: &[Step]) -> String {
+    let mut s = String::new();
+    for step in path {
+        match step {
+            Step::Field(key) => {
+                s.push('.');
+                s.push_str(key);
+            }
+            Step::Item(i) => {
+                s.push('[');
+                s.push_str(itoa::Buffer::new().format(*i));
+                s.push(']');
+            }
+        }
+    }
+    s
+}
+
 /// Upstream `findAtomics`: paths of the atomic lists, maps and structs in
 /// the patch. Only declared fields are descended into (not map elements);
 /// an atomic value's contents are still searched.
@@ -276,26 +295,9 @@ fn find_atomics<'v>(
     let Some(atom) = schema.resolve(spec) else {
         return;
     };
-    let render = |path: &[Step]| {
-        let mut s = String::new();
-        for step in path {
-            match step {
-                Step::Field(key) => {
-                    s.push('.');
-                    s.push_str(key);
-                }
-                Step::Item(i) => {
-                    s.push('[');
-                    s.push_str(itoa::Buffer::new().format(*i));
-                    s.push(']');
-                }
-            }
-        }
-        s
-    };
     if let (Value::Object(m), Some(map)) = (v, &atom.map) {
         if map.relationship == Some(Relationship::Atomic) {
-            out.push(render(path));
+            out.push(render_steps(path));
         }
         for (key, val) in m {
             if let Some(field) = map.def.field(key) {
@@ -307,7 +309,7 @@ fn find_atomics<'v>(
     }
     if let (Value::Array(items), Some(list)) = (v, &atom.list) {
         if list.relationship == Some(Relationship::Atomic) {
-            out.push(render(path));
+            out.push(render_steps(path));
         }
         for (i, item) in items.iter().enumerate() {
             path.push(Step::Item(i));
