@@ -954,7 +954,7 @@ fn apply_mutation(
             let live = checks.live(schema);
             let changed = apply_configuration_in_place(object, live, &patch, schema)
                 .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
-            checks.applied(schema, &patch);
+            checks.applied(schema);
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it

@@ -46,12 +46,16 @@ impl ObjectChecks {
         }
     }
 
-    /// An apply configuration of `patch` succeeded: the new object passed
-    /// the live validation (or was known to) and merged a validated patch.
-    pub(crate) fn applied(&mut self, ty: &TypeRef, patch: &Json) {
+    /// An apply configuration succeeded: the new object passed the live
+    /// validation (or was known to) and merged a validated patch.
+    ///
+    /// That makes it strict-clean too: SMD's typed validation rejects every
+    /// field its type does not declare, the only fields strict decoding
+    /// rejects (it accepts even more: `apiVersion` and `kind` at the root).
+    pub(crate) fn applied(&mut self, ty: &TypeRef) {
         self.retarget(ty);
         self.typed_valid = true;
-        self.strict_clean = self.strict_clean && unknown_fields(patch, ty).is_empty();
+        self.strict_clean = true;
     }
 
     /// The fields of `patched`, the result of `ops` on the current object,

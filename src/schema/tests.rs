@@ -305,3 +305,66 @@ fn deep_crd_schema_does_not_overflow() {
     let ty = store.lookup("example.com", "v1", "Widget").unwrap();
     assert!(errors(&ty, &json!({"a": {"a": {"a": {}}}})).is_empty());
 }
+
+// The dispatcher takes an object that passed SMD's typed validation to be
+// strict-clean as well (`ObjectChecks::applied`): every field strict decoding
+// rejects, typed validation rejects too.
+#[test]
+fn typed_valid_objects_have_no_field_strict_decoding_rejects() {
+    let pod = SchemaStore::builtin().lookup("", "v1", "Pod").unwrap();
+    let deployment = SchemaStore::builtin()
+        .lookup("apps", "v1", "Deployment")
+        .unwrap();
+    let objects = [
+        (
+            &pod,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]}}),
+        ),
+        (
+            &pod,
+            json!({"metadata": {"annotations": {"x": "y"}}, "spec": {"nodeSelector": {"k": "v"}}}),
+        ),
+        (&pod, json!({"bogus": 1})),
+        (&pod, json!({"metadata": {"bogus": {"x": 1}}})),
+        (
+            &pod,
+            json!({"spec": {"containers": [{"name": "c"}, {"name": "d", "imagez": "x"}]}}),
+        ),
+        (
+            &pod,
+            json!({"spec": {"securityContext": {"seccompProfile": {"typez": "x"}}}}),
+        ),
+        (
+            &pod,
+            json!({"spec": {"volumes": [{"name": "v", "configMap": {"items": [{"key": "k", "pathz": "p"}]}}]}}),
+        ),
+        (
+            &deployment,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "spec": {"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}}}}),
+        ),
+        (
+            &deployment,
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"limitz": {}}}]}}}}),
+        ),
+        (
+            &deployment,
+            json!({"spec": {"selector": {"matchLabels": {"a": "b"}, "other": 1}}}),
+        ),
+    ];
+    let mut rejected = 0;
+    for (ty, object) in &objects {
+        let unknown = unknown_fields(object, ty);
+        if validate(&ty.schema, &ty.spec, object, true).is_empty() {
+            assert!(
+                unknown.is_empty(),
+                "{object}: typed-valid, but strict decoding rejects {unknown:?}"
+            );
+        } else {
+            assert!(!unknown.is_empty(), "{object}: not typed-valid");
+            rejected += 1;
+        }
+    }
+    assert_eq!(rejected, 7, "the unknown fields above are all found");
+}
