@@ -952,7 +952,7 @@ fn apply_mutation(
     match value {
         MutationValue::Apply(patch) => {
             let live = checks.live(schema);
-            let changed = apply_configuration_in_place(object, live, &patch, schema)
+            let changed = apply_configuration_in_place(object, live, patch, schema)
                 .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
             Ok(changed)

@@ -86,7 +86,7 @@ pub fn apply_configuration_to(
     ty: &TypeRef,
 ) -> Result<Value, ApplyError> {
     let mut merged = live.clone();
-    apply_configuration_in_place(&mut merged, known, patch, ty)?;
+    apply_configuration_in_place(&mut merged, known, patch.clone(), ty)?;
     Ok(merged)
 }
 
@@ -96,15 +96,15 @@ pub fn apply_configuration_to(
 ///
 /// Only the subtrees the patch reaches are rebuilt; the rest of the object is
 /// neither copied nor compared, which is what makes a small patch on a large
-/// object cheap.
+/// object cheap. The patch is taken rather than copied: it is completed
+/// with the object's `apiVersion` and `kind` before it is checked.
 pub fn apply_configuration_in_place(
     live: &mut Value,
     known: LiveObject,
-    patch: &Value,
+    mut patch: Value,
     ty: &TypeRef,
 ) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
-    let mut patch = patch.clone();
     if let Value::Object(p) = &mut patch {
         for field in ["apiVersion", "kind"] {
             match live.get(field) {
@@ -1171,14 +1171,14 @@ mod tests {
         let same =
             json!({"spec": {"replicas": 1, "template": {"metadata": {"labels": {"a": "1"}}}}});
         assert_eq!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &same, &ty),
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, same.clone(), &ty),
             Ok(false)
         );
         assert_eq!(object, live);
         // A new label lands after the existing one; untouched fields stay.
         let add = json!({"spec": {"template": {"metadata": {"labels": {"b": "2"}}}}});
         assert_eq!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &add, &ty),
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, add.clone(), &ty),
             Ok(true)
         );
         assert_eq!(
@@ -1189,7 +1189,8 @@ mod tests {
         let before = object.clone();
         let bad = json!({"spec": {"replicas": "three", "paused": true}});
         assert!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, &bad, &ty).is_err()
+            apply_configuration_in_place(&mut object, LiveObject::Unchecked, bad.clone(), &ty)
+                .is_err()
         );
         assert_eq!(object, before);
     }
