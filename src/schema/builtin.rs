@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::model::{Atom, FieldDef, ListDef, MapDef, Relationship, Scalar, TypeSpec};
+use super::model::{Atom, FieldDef, ListDef, MapDef, Relationship, Scalar, TypeName, TypeSpec};
 use super::KindIndex;
 
 /// The generated table, embedded at build time.
@@ -49,7 +49,7 @@ pub(crate) fn parse(text: &str) -> Result<BuiltinTable, String> {
             else {
                 return Err(format!("bad gvk entry {key}"));
             };
-            kinds.insert(g, v, k, Arc::from(name));
+            kinds.insert(g, v, k, TypeName::new(name));
         }
     }
     Ok(BuiltinTable { types, kinds })
@@ -127,7 +127,7 @@ fn decode_typeref(v: &Value) -> Result<TypeSpec, String> {
         Value::Object(o) if o.contains_key("n") => {
             let name = o.get("n").and_then(Value::as_str).ok_or("bad named ref")?;
             Ok(TypeSpec::Named {
-                name: Arc::from(name),
+                name: TypeName::new(name),
                 relationship: relationship(o.get("r"))?,
             })
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::model::{
-    Atom, FieldDef, ListDef, MapDef, Relationship, Scalar, TypeSpec, UNTYPED_ATOMIC,
+    Atom, FieldDef, ListDef, MapDef, Relationship, Scalar, TypeName, TypeSpec, UNTYPED_ATOMIC,
     UNTYPED_DEDUCED,
 };
 
@@ -189,7 +189,7 @@ fn typeref(s: &Value, preserve: bool, depth: usize) -> TypeSpec {
         if let Some(name) = reference.and_then(|r| r.rsplit('/').next()) {
             if !name.is_empty() {
                 return TypeSpec::Named {
-                    name: Arc::from(name),
+                    name: TypeName::new(name),
                     relationship: relationship_of_map(obj),
                 };
             }

@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use model::{SchemaData, TypeSpec, UNTYPED_DEDUCED};
+use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
 
 /// A cheap-to-clone handle on a type of a [`SchemaStore`].
@@ -69,11 +69,11 @@ pub struct SchemaStore {
 pub(crate) struct KindIndex(HashMap<String, Vec<KindEntry>, foldhash::fast::RandomState>);
 
 /// One (group, version) of a kind and the name of its type.
-type KindEntry = (String, String, Arc<str>);
+type KindEntry = (String, String, TypeName);
 
 impl KindIndex {
     /// Names `group/version, Kind=kind` type `name`.
-    pub(crate) fn insert(&mut self, group: &str, version: &str, kind: &str, name: Arc<str>) {
+    pub(crate) fn insert(&mut self, group: &str, version: &str, kind: &str, name: TypeName) {
         let entries = self.0.entry(kind.to_string()).or_default();
         match entries
             .iter_mut()
@@ -85,7 +85,7 @@ impl KindIndex {
     }
 
     /// The type name of `group/version, Kind=kind`.
-    fn get(&self, group: &str, version: &str, kind: &str) -> Option<&Arc<str>> {
+    fn get(&self, group: &str, version: &str, kind: &str) -> Option<&TypeName> {
         self.0
             .get(kind)?
             .iter()
@@ -135,7 +135,7 @@ impl SchemaStore {
         let mut kinds = KindIndex::default();
         for crd in crds {
             for t in crd::crd_types(crd) {
-                let name: Arc<str> = Arc::from(t.type_name.as_str());
+                let name = TypeName::new(&t.type_name);
                 kinds.insert(&t.group, &t.version, &t.kind, name);
                 types.insert(t.type_name, t.atom);
             }

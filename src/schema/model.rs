@@ -1,9 +1,11 @@
 //! The structured-merge-diff (SMD) schema model: atoms, type references and
 //! their resolution (sigs.k8s.io/structured-merge-diff/v6 `schema`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde_json::Value;
 
@@ -101,6 +103,69 @@ impl MapDef {
     }
 }
 
+/// The name of a schema type, interned: the process keeps one copy of each
+/// distinct name, so names compare and hash by address. Every step of every
+/// walk over an object resolves a name; this spares hashing and comparing
+/// names like `io.k8s.api.core.v1.PodSpec` each time.
+#[derive(Clone)]
+pub(crate) struct TypeName(Arc<str>);
+
+impl TypeName {
+    /// The interned copy of `name` (schemas are loaded rarely; the lock is
+    /// never taken on the request path).
+    pub(crate) fn new(name: &str) -> TypeName {
+        static NAMES: OnceLock<Mutex<HashSet<Arc<str>>>> = OnceLock::new();
+        let mut names = NAMES
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(interned) = names.get(name) {
+            return TypeName(interned.clone());
+        }
+        let interned: Arc<str> = Arc::from(name);
+        names.insert(interned.clone());
+        TypeName(interned)
+    }
+
+    fn address(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const u8 as usize
+    }
+}
+
+impl PartialEq for TypeName {
+    fn eq(&self, other: &TypeName) -> bool {
+        self.address() == other.address()
+    }
+}
+
+impl Eq for TypeName {}
+
+impl Hash for TypeName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.address().hash(state);
+    }
+}
+
+impl Deref for TypeName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TypeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TypeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
 /// A set of possible types for one value (SMD `schema.Atom`).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Atom {
@@ -114,7 +179,7 @@ pub(crate) struct Atom {
 pub(crate) enum TypeSpec {
     /// A named type, optionally overriding its element relationship.
     Named {
-        name: Arc<str>,
+        name: TypeName,
         relationship: Option<Relationship>,
     },
     /// An inlined atom.
@@ -124,7 +189,7 @@ pub(crate) enum TypeSpec {
 impl TypeSpec {
     pub(crate) fn named(name: &str) -> TypeSpec {
         TypeSpec::Named {
-            name: Arc::from(name),
+            name: TypeName::new(name),
             relationship: None,
         }
     }
@@ -220,7 +285,7 @@ impl<'s> Resolved<'s> {
 
 /// A set of named types, possibly layered over a parent set.
 pub(crate) struct SchemaData {
-    types: SchemaMap<Atom>,
+    types: HashMap<TypeName, Atom, foldhash::fast::RandomState>,
     parent: Option<Arc<SchemaData>>,
 }
 
@@ -236,12 +301,15 @@ impl fmt::Debug for SchemaData {
 impl SchemaData {
     pub(crate) fn new(types: HashMap<String, Atom>, parent: Option<Arc<SchemaData>>) -> SchemaData {
         SchemaData {
-            types: types.into_iter().collect(),
+            types: types
+                .into_iter()
+                .map(|(name, atom)| (TypeName::new(&name), atom))
+                .collect(),
             parent,
         }
     }
 
-    fn named(&self, name: &str) -> Option<&Atom> {
+    fn named(&self, name: &TypeName) -> Option<&Atom> {
         match self.types.get(name) {
             Some(a) => Some(a),
             None => self.parent.as_ref().and_then(|p| p.named(name)),

@@ -368,3 +368,19 @@ fn typed_valid_objects_have_no_field_strict_decoding_rejects() {
     }
     assert_eq!(rejected, 7, "the unknown fields above are all found");
 }
+
+#[test]
+fn type_names_are_one_copy_per_name() {
+    use model::TypeName;
+    let a = TypeName::new("io.k8s.api.core.v1.PodSpec");
+    let b = TypeName::new(&String::from("io.k8s.api.core.v1.PodSpec"));
+    assert_eq!(a, b);
+    assert_eq!(&*a, "io.k8s.api.core.v1.PodSpec");
+    assert_ne!(a, TypeName::new("io.k8s.api.core.v1.PodStatus"));
+    // A name made after the table was loaded still finds its type.
+    let pod = SchemaStore::builtin().lookup("", "v1", "Pod").unwrap();
+    assert!(pod
+        .schema
+        .resolve(&model::TypeSpec::named("io.k8s.api.core.v1.PodSpec"))
+        .is_some());
+}
