@@ -388,14 +388,18 @@ impl Merger<'_> {
             let ty = field_spec(map, key, &fallback);
             if let Some(l) = lmap.get(key) {
                 let (change, e) = self.plan(ty, l, r, depth + 1);
-                errs.extend(with_prefix(e, &format!(".{key}")));
+                if !e.is_empty() {
+                    errs.extend(with_prefix(e, &format!(".{key}")));
+                }
                 if matches!(change, Change::Remove) {
                     kept -= 1;
                 }
                 fields.push((key.as_str(), change));
             } else {
                 let (v, e) = self.merge(ty, None, Some(r), depth + 1);
-                errs.extend(with_prefix(e, &format!(".{key}")));
+                if !e.is_empty() {
+                    errs.extend(with_prefix(e, &format!(".{key}")));
+                }
                 if let Some(v) = v {
                     kept += 1;
                     fields.push((key.as_str(), Change::Set(v)));
@@ -539,7 +543,9 @@ impl Merger<'_> {
         let fallback = TypeSpec::Inline(Atom::default());
         let mut item = |key: &String, l: Option<&Value>, r: Option<&Value>| {
             let (v, e) = self.merge(field_spec(map, key, &fallback), l, r, depth + 1);
-            errs.extend(with_prefix(e, &format!(".{key}")));
+            if !e.is_empty() {
+                errs.extend(with_prefix(e, &format!(".{key}")));
+            }
             if let Some(v) = v {
                 out.insert(key.clone(), v);
             }
