@@ -602,22 +602,26 @@ impl PolicySet {
             );
             return Ok(());
         }
-        // The invocation keys of the reinvocation bookkeeping; in the
-        // reinvocation pass, a binding none of whose invocations is due
-        // stops here (matching and params ran, as upstream's do).
-        let keys: Vec<String> = params
+        // The invocation keys of the reinvocation bookkeeping, which only
+        // IfNeeded invocations enter; in the reinvocation pass, a binding
+        // none of whose invocations is due stops here (matching and params
+        // ran, as upstream's do).
+        let reinvocable = policy.reinvocation_policy == ReinvocationPolicy::IfNeeded;
+        let keys: Vec<Option<String>> = params
             .iter()
             .map(|param| {
-                format!(
-                    "{}\u{0}{}\u{0}{}",
-                    policy.name,
-                    binding.name,
-                    param.as_ref().map(param_key).unwrap_or_default()
-                )
+                reinvocable.then(|| {
+                    format!(
+                        "{}\u{0}{}\u{0}{}",
+                        policy.name,
+                        binding.name,
+                        param.as_ref().map(param_key).unwrap_or_default()
+                    )
+                })
             })
             .collect();
         if let Some(set) = &state.reinvoke {
-            if !keys.iter().any(|key| set.contains(key)) {
+            if !keys.iter().flatten().any(|key| set.contains(key)) {
                 return Ok(());
             }
         }
@@ -674,7 +678,7 @@ impl PolicySet {
         let mut outcome = Ok(());
         for (param, key) in params.iter().zip(keys) {
             if let Some(set) = &state.reinvoke {
-                if !set.contains(&key) {
+                if !key.as_ref().is_some_and(|key| set.contains(key)) {
                     continue;
                 }
             }
@@ -860,7 +864,7 @@ impl PolicySet {
             if invocation_changed {
                 state.changed = true;
             }
-            if policy.reinvocation_policy == ReinvocationPolicy::IfNeeded {
+            if let Some(key) = key {
                 state.invoked_if_needed.insert(key);
             }
         }
