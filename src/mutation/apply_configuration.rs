@@ -377,7 +377,7 @@ impl Merger<'_> {
         rmap: &'p Map<String, Value>,
         depth: usize,
     ) -> (Change<'p>, Vec<ValidationError>) {
-        let mut fields = Vec::new();
+        let mut fields = Vec::with_capacity(rmap.len());
         let mut errs = Vec::new();
         // How many keys the merged map has: `merge_map` drops an empty one.
         let mut kept = lmap.len();

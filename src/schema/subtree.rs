@@ -27,7 +27,11 @@ pub fn written_roots<'p>(
         let mut root = Vec::new();
         for raw in dest.split('/').skip(1) {
             let Value::Object(map) = node else { break };
-            let key = raw.replace("~1", "/").replace("~0", "~");
+            let key = if raw.contains('~') {
+                raw.replace("~1", "/").replace("~0", "~")
+            } else {
+                raw.to_string()
+            };
             match map.get(&key) {
                 Some(child) => {
                     node = child;

@@ -237,7 +237,9 @@ impl ItemKey<'_> {
     /// A string equal for the path elements SMD considers equal
     /// (`PathElement.Equals`, numbers compared numerically).
     pub(crate) fn identity(&self) -> String {
-        let mut out = String::new();
+        // Room for a typical key (`name` and a short value) at once: an
+        // identity grown from empty is reallocated three or four times.
+        let mut out = String::with_capacity(64);
         match self {
             ItemKey::Key(fields) => {
                 out.push('K');
