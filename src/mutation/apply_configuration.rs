@@ -10,15 +10,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::schema::model::{Atom, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec};
+use crate::schema::model::{
+    Atom, FastHash, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec,
+};
 use crate::schema::typed::{
-    self, error, invalid_atom, item_key, too_deep, validate_scalar, with_prefix, MAX_DEPTH,
+    self, error, extend_under_field, invalid_atom, item_key, too_deep, validate_scalar, MAX_DEPTH,
 };
 use crate::schema::{TypeRef, ValidationError, ValidationErrors};
-
-/// Item identities are hashed on every list merge: foldhash (randomly
-/// seeded, as the schema's maps) costs far less than SipHash there.
-type FastHash = foldhash::fast::RandomState;
 
 /// Why an applied configuration could not be merged. The texts are
 /// upstream's; the caller (the patcher) prefixes them with
@@ -388,18 +386,14 @@ impl Merger<'_> {
             let ty = field_spec(map, key, &fallback);
             if let Some(l) = lmap.get(key) {
                 let (change, e) = self.plan(ty, l, r, depth + 1);
-                if !e.is_empty() {
-                    errs.extend(with_prefix(e, &format!(".{key}")));
-                }
+                extend_under_field(&mut errs, e, key);
                 if matches!(change, Change::Remove) {
                     kept -= 1;
                 }
                 fields.push((key.as_str(), change));
             } else {
                 let (v, e) = self.merge(ty, None, Some(r), depth + 1);
-                if !e.is_empty() {
-                    errs.extend(with_prefix(e, &format!(".{key}")));
-                }
+                extend_under_field(&mut errs, e, key);
                 if let Some(v) = v {
                     kept += 1;
                     fields.push((key.as_str(), Change::Set(v)));
@@ -543,9 +537,7 @@ impl Merger<'_> {
         let fallback = TypeSpec::Inline(Atom::default());
         let mut item = |key: &String, l: Option<&Value>, r: Option<&Value>| {
             let (v, e) = self.merge(field_spec(map, key, &fallback), l, r, depth + 1);
-            if !e.is_empty() {
-                errs.extend(with_prefix(e, &format!(".{key}")));
-            }
+            extend_under_field(&mut errs, e, key);
             if let Some(v) = v {
                 out.insert(key.clone(), v);
             }

@@ -700,7 +700,7 @@ fn put<'a>(entries: &mut Entries<'a>, key: &str, val: Node<'a>) {
 }
 
 /// `decodePatchKey`: `~1` → `/`, then `~0` → `~`, in one pass.
-fn decode_key(s: &str) -> Cow<'_, str> {
+pub(crate) fn decode_key(s: &str) -> Cow<'_, str> {
     if !s.contains('~') {
         return Cow::Borrowed(s);
     }

@@ -66,7 +66,7 @@ pub struct SchemaStore {
 /// strings on every binding of every admission, so without building a key,
 /// and hashed with foldhash (the keys come from schemas, not requests).
 #[derive(Default)]
-pub(crate) struct KindIndex(HashMap<String, Vec<KindEntry>, foldhash::fast::RandomState>);
+pub(crate) struct KindIndex(HashMap<String, Vec<KindEntry>, model::FastHash>);
 
 /// One (group, version) of a kind and the name of its type.
 type KindEntry = (String, String, TypeName);

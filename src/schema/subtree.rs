@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::model::{SchemaData, TypeSpec};
 use super::{typed, unknown, TypeRef};
+use crate::mutation::json_patch::decode_key;
 
 /// JSON pointers (as lists of unescaped keys) to the subtrees that hold
 /// everything the patch operations writing at `dests` may have put in
@@ -27,15 +28,11 @@ pub fn written_roots<'p>(
         let mut root = Vec::new();
         for raw in dest.split('/').skip(1) {
             let Value::Object(map) = node else { break };
-            let key = if raw.contains('~') {
-                raw.replace("~1", "/").replace("~0", "~")
-            } else {
-                raw.to_string()
-            };
-            match map.get(&key) {
+            let key = decode_key(raw);
+            match map.get(key.as_ref()) {
                 Some(child) => {
                     node = child;
-                    root.push(key);
+                    root.push(key.into_owned());
                 }
                 None => break,
             }

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::model::{ListView, Relationship, Resolved, Scalar, SchemaData, TypeSpec};
+use super::model::{FastHash, ListView, Relationship, Resolved, Scalar, SchemaData, TypeSpec};
 use crate::gofmt;
 
 /// Values nested deeper than this are rejected rather than walked.
@@ -59,6 +59,25 @@ pub(crate) fn error(message: impl Into<String>) -> ValidationError {
         path: String::new(),
         message: message.into(),
     }
+}
+
+/// Adds `child`, the errors of field `key`, to `errs` under the field's
+/// path. The path is formatted only when there are errors: walks call this
+/// for every field they visit.
+#[inline(always)]
+pub(crate) fn extend_under_field(
+    errs: &mut Vec<ValidationError>,
+    child: Vec<ValidationError>,
+    key: &str,
+) {
+    if !child.is_empty() {
+        extend_prefixed(errs, child, key);
+    }
+}
+
+#[cold]
+fn extend_prefixed(errs: &mut Vec<ValidationError>, child: Vec<ValidationError>, key: &str) {
+    errs.extend(with_prefix(child, &format!(".{key}")));
 }
 
 /// Prepends `prefix` to the paths of `errs` (SMD `WithPrefix`).
@@ -365,9 +384,7 @@ impl Validator<'_> {
                 };
                 // Paths are only rendered for errors: this walk is on the hot path.
                 let child = self.validate(ty, val, depth + 1);
-                if !child.is_empty() {
-                    errs.extend(with_prefix(child, &format!(".{key}")));
-                }
+                extend_under_field(&mut errs, child, key);
             }
             return errs;
         }
@@ -386,7 +403,7 @@ impl Validator<'_> {
                 }
             };
             let mut errs = Vec::new();
-            let mut seen: HashSet<String, foldhash::fast::RandomState> = HashSet::default();
+            let mut seen: HashSet<String, FastHash> = HashSet::default();
             for (i, child) in items.iter().enumerate() {
                 // The item's key; its path element is built only for a message.
                 let key = if list.relationship != Some(Relationship::Associative) {
