@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 // As the binary (src/main.rs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kmutate::allocator::Mimalloc = kmutate::allocator::Mimalloc;
 
 struct NoMetrics;
 impl kmutate::dispatch::AdmissionObserver for NoMetrics {}

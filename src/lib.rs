@@ -2,6 +2,7 @@
 //!
 //! The crate follows the admission pipeline, one module per stage:
 //!
+//! - [`allocator`]: the process's global allocator (mimalloc);
 //! - [`api`]: the policy model (every served version, defaults) and loading;
 //! - [`request`]: the admission request and the cluster objects it sees;
 //! - [`matching`]: matchConstraints and binding matchResources;
@@ -14,6 +15,7 @@
 //! - [`source`]: where `kmutate serve` reads policies from, kept current;
 //! - [`webhook`]: the admission webhook (`kmutate serve`) and its load generator.
 
+pub mod allocator;
 pub mod api;
 pub mod authorizer;
 pub mod cel;

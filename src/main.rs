@@ -17,7 +17,7 @@ use std::process::ExitCode;
 // trees); mimalloc serves them about a third faster than glibc's malloc. Its
 // `no_thp` build keeps transparent huge pages from tripling resident memory.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kmutate::allocator::Mimalloc = kmutate::allocator::Mimalloc;
 
 /// Kubernetes MutatingAdmissionPolicy evaluator.
 #[derive(Parser)]
