@@ -69,6 +69,59 @@ pub fn json_to_val_for<'a>(value: &'a Json, access: &Access) -> Box<dyn Val + 'a
     }
 }
 
+/// The part of `value` that [`json_to_val_for`] converts under `access`, as
+/// JSON: two values with equal projections convert to equal CEL values, so
+/// an expression reading the input as `access` says cannot tell them apart.
+pub fn project(value: &Json, access: &Access) -> Json {
+    match (value, access) {
+        (Json::Object(map), Access::Fields(fields)) => Json::Object(
+            fields
+                .iter()
+                .filter_map(|(field, inner)| {
+                    let (k, v) = map.get_key_value(field.as_str())?;
+                    Some((k.clone(), project(v, inner)))
+                })
+                .collect(),
+        ),
+        (Json::Array(items), Access::Elements(inner)) => {
+            Json::Array(items.iter().map(|item| project(item, inner)).collect())
+        }
+        _ => value.clone(),
+    }
+}
+
+/// Whether `project(value, access) == *projected`, without building the
+/// projection.
+pub fn projection_matches(projected: &Json, value: &Json, access: &Access) -> bool {
+    match (value, access) {
+        (Json::Object(map), Access::Fields(fields)) => {
+            let Json::Object(projected) = projected else {
+                return false;
+            };
+            let mut present = 0;
+            for (field, inner) in fields {
+                match (map.get(field.as_str()), projected.get(field.as_str())) {
+                    (None, None) => {}
+                    (Some(v), Some(p)) if projection_matches(p, v, inner) => present += 1,
+                    _ => return false,
+                }
+            }
+            present == projected.len()
+        }
+        (Json::Array(items), Access::Elements(inner)) => {
+            let Json::Array(projected) = projected else {
+                return false;
+            };
+            items.len() == projected.len()
+                && items
+                    .iter()
+                    .zip(projected)
+                    .all(|(v, p)| projection_matches(p, v, inner))
+        }
+        _ => value == projected,
+    }
+}
+
 /// Why a CEL value has no JSON form.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[error("{0}")]
@@ -176,5 +229,82 @@ mod tests {
     fn large_unsigned_becomes_uint() {
         let doc = json!(18446744073709551615u64);
         assert_eq!(json_to_val(&doc).get_type().name(), "uint");
+    }
+
+    fn fields(entries: &[(&str, Access)]) -> Access {
+        Access::Fields(
+            entries
+                .iter()
+                .map(|(k, a)| (k.to_string(), a.clone()))
+                .collect(),
+        )
+    }
+
+    /// Documents and ways of reading them, from a Pod's shape: selections
+    /// that hit and miss, elements, and accesses that do not fit the value.
+    fn documents_and_accesses() -> (Vec<Json>, Vec<Access>) {
+        let docs = vec![
+            json!({"spec": {"containers": [{"name": "a", "image": "x:latest", "ports": [1]}, {"name": "b"}]}, "metadata": {"labels": {"k": "v"}}}),
+            json!({"spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b"}]}, "metadata": {}}),
+            json!({"spec": {"containers": [{"name": "a", "image": "x:latest", "ports": [2]}, {"name": "b"}]}}),
+            json!({"spec": {"containers": [{"name": "a", "image": "x:latest"}]}, "metadata": {"labels": {"k": "v"}}}),
+            json!({"spec": {"containers": {"name": "a"}}}),
+            json!({"spec": 3, "metadata": {"labels": {"k": "w"}}}),
+            json!([{"spec": 1}, {"spec": 2}]),
+            json!(null),
+        ];
+        let container = fields(&[("name", Access::Full), ("image", Access::Full)]);
+        let accesses = vec![
+            Access::Full,
+            fields(&[(
+                "spec",
+                fields(&[("containers", Access::Elements(Box::new(container.clone())))]),
+            )]),
+            fields(&[("spec", fields(&[("containers", Access::Full)]))]),
+            fields(&[("metadata", fields(&[("labels", Access::None)]))]),
+            fields(&[
+                (
+                    "metadata",
+                    fields(&[("labels", fields(&[("k", Access::Full)]))]),
+                ),
+                ("spec", Access::Full),
+            ]),
+            Access::Elements(Box::new(fields(&[("spec", Access::Full)]))),
+        ];
+        (docs, accesses)
+    }
+
+    #[test]
+    fn a_projection_is_what_the_conversion_sees() {
+        let (docs, accesses) = documents_and_accesses();
+        for doc in &docs {
+            for access in &accesses {
+                let seen = val_to_json(json_to_val_for(doc, access).as_ref()).unwrap();
+                assert_eq!(seen, project(doc, access), "{doc} read as {access:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn matching_a_projection_is_comparing_projections() {
+        let (docs, accesses) = documents_and_accesses();
+        for access in &accesses {
+            for earlier in &docs {
+                let projected = project(earlier, access);
+                for later in &docs {
+                    assert_eq!(
+                        projection_matches(&projected, later, access),
+                        project(later, access) == projected,
+                        "{earlier} then {later} read as {access:?}"
+                    );
+                }
+            }
+        }
+        // Changes outside what is read do not count; changes inside do.
+        let access = &accesses[1];
+        let projected = project(&docs[0], access);
+        assert!(projection_matches(&projected, &docs[2], access));
+        assert!(!projection_matches(&projected, &docs[1], access));
+        assert!(!projection_matches(&projected, &docs[3], access));
     }
 }

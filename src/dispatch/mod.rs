@@ -13,7 +13,7 @@ use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
 use crate::authorizer::{Authorizer, CachingAuthorizer};
 use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
-use crate::cel::convert::val_to_json;
+use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
@@ -21,13 +21,14 @@ use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::schema::model::FastHash;
 use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelBool, CelList, CelString, CelStruct};
 use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::OnceLock;
 
 /// A policy with its expressions compiled.
@@ -484,6 +485,7 @@ impl PolicySet {
             request_json: None,
             reinvoke: None,
             invoked_if_needed: BTreeSet::new(),
+            first_results: HashMap::default(),
             changed: false,
             errors: Vec::new(),
             observer,
@@ -797,9 +799,20 @@ impl PolicySet {
                     }
                 };
                 let constant = compiled.constant_results[index].as_ref();
-                let result = match constant.and_then(OnceLock::get) {
-                    Some(value) => Ok(value.clone()),
-                    None => {
+                let object_access = &compiled.mutation_access[index].0[0];
+                let remembered = match (&key, &state.reinvoke) {
+                    (Some(key), Some(_)) if constant.is_none() && !compiled.reads_authorizer => {
+                        state
+                            .first_results
+                            .remove(&(key.clone(), index))
+                            .filter(|first| first.still_observed(&versioned, object_access))
+                    }
+                    _ => None,
+                };
+                let result = match (constant.and_then(OnceLock::get), remembered) {
+                    (Some(value), _) => Ok(value.clone()),
+                    (None, Some(first)) => Ok(first.value),
+                    (None, None) => {
                         let act = inputs.activation(&versioned, &compiled.mutation_access[index]);
                         let result = act
                             .evaluate(expr, |v| match patch_type {
@@ -822,6 +835,14 @@ impl PolicySet {
                         // request's deadline is no property of the expression.
                         if let (Some(cell), Ok(value)) = (constant, &result) {
                             let _ = cell.set(value.clone());
+                        }
+                        if let (Some(key), None, None, Ok(value)) =
+                            (&key, &state.reinvoke, constant, &result)
+                        {
+                            if !compiled.reads_authorizer {
+                                let first = FirstResult::new(&versioned, object_access, value);
+                                state.first_results.insert((key.clone(), index), first);
+                            }
                         }
                         result
                     }
@@ -889,6 +910,9 @@ struct AdmissionState<'o> {
     reinvoke: Option<BTreeSet<String>>,
     /// IfNeeded invocations run so far.
     invoked_if_needed: BTreeSet<String>,
+    /// The first pass's results of IfNeeded mutations, by invocation key and
+    /// mutation index, for the reinvocation pass (see [`FirstResult`]).
+    first_results: HashMap<(String, usize), FirstResult, FastHash>,
     /// Whether the object changed in this pass.
     changed: bool,
     /// Errors of this pass.
@@ -897,6 +921,41 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
+}
+
+/// A mutation's result in the first pass, with what its expression (and the
+/// variables) could observe of the object then.
+///
+/// CEL is pure, and an invocation's other inputs (oldObject, request, params,
+/// namespaceObject) are the same in both passes, so when the reinvocation
+/// pass finds the observed part of the object unchanged the expression would
+/// evaluate to this value again, at the same cost under a fresh budget.
+/// Policies reading `authorizer` are not remembered: its answers come from
+/// outside the request.
+struct FirstResult {
+    observed: Json,
+    value: MutationValue,
+}
+
+impl FirstResult {
+    /// `value`, computed by a mutation whose activation reads `object` as
+    /// `access` says.
+    fn new(object: &Json, access: &Access, value: &MutationValue) -> FirstResult {
+        FirstResult {
+            // An expression that never reads `object` never converts it.
+            observed: if access.is_none() {
+                Json::Null
+            } else {
+                project(object, access)
+            },
+            value: value.clone(),
+        }
+    }
+
+    /// Whether the same activation would observe the same of `object`.
+    fn still_observed(&self, object: &Json, access: &Access) -> bool {
+        access.is_none() || projection_matches(&self.observed, object, access)
+    }
 }
 
 /// The inputs of an invocation besides the object, which changes with each
