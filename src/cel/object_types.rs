@@ -131,19 +131,43 @@ pub fn check_type_names(root: &CelStruct) -> Vec<String> {
 }
 
 fn check_struct(st: &CelStruct, path: &mut Vec<String>, errors: &mut Vec<String>) {
-    let expected = path.join(".");
-    if st.name() != expected {
-        errors.push(format!(
-            "unexpected type name {:?}, expected {:?}, which matches field name path from root Object type",
-            st.name(),
-            expected
-        ));
+    if let Some(mismatch) = name_mismatch(st, path) {
+        errors.push(mismatch);
     }
     for (field, value) in st.field_values() {
         path.push(field);
         check_value(value.as_ref(), path, errors);
         path.pop();
     }
+}
+
+/// The message for a struct not named for its field path from the root
+/// (`path`, whose segments joined by dots make the expected name).
+fn name_mismatch(st: &CelStruct, path: &[String]) -> Option<String> {
+    // Compared segment by segment: joining the path would allocate for
+    // every struct of every apply configuration.
+    let mut rest = st.name();
+    for (i, segment) in path.iter().enumerate() {
+        let after_dot = if i == 0 {
+            Some(rest)
+        } else {
+            rest.strip_prefix('.')
+        };
+        match after_dot.and_then(|r| r.strip_prefix(segment.as_str())) {
+            Some(r) => rest = r,
+            None => {
+                rest = "?";
+                break;
+            }
+        }
+    }
+    (!rest.is_empty()).then(|| {
+        format!(
+            "unexpected type name {:?}, expected {:?}, which matches field name path from root Object type",
+            st.name(),
+            path.join(".")
+        )
+    })
 }
 
 fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>) {
@@ -181,13 +205,8 @@ fn struct_to_json(
     path: &mut Vec<String>,
     mismatches: &mut Vec<String>,
 ) -> Result<serde_json::Value, super::convert::ToJsonError> {
-    let expected = path.join(".");
-    if st.name() != expected {
-        mismatches.push(format!(
-            "unexpected type name {:?}, expected {:?}, which matches field name path from root Object type",
-            st.name(),
-            expected
-        ));
+    if let Some(mismatch) = name_mismatch(st, path) {
+        mismatches.push(mismatch);
     }
     let mut out = serde_json::Map::new();
     for (field, value) in st.field_values() {
@@ -234,4 +253,34 @@ fn field_to_json(
         return Ok(serde_json::Value::Object(entries.into_iter().collect()));
     }
     super::convert::val_to_json(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_struct_must_be_named_for_its_whole_field_path() {
+        let path: Vec<String> = ["Object", "spec", "template"].map(String::from).into();
+        let named = |name: &str| name_mismatch(&CelStruct::new(name.to_string()), &path);
+        assert_eq!(named("Object.spec.template"), None);
+        for wrong in [
+            "Object.spec",
+            "Object.spec.templat",
+            "Object.spec.template.spec",
+            "Object.spec.template.",
+            "Objectspec.template",
+            "Object.spectemplate",
+            "object.spec.template",
+            "",
+        ] {
+            let message = named(wrong).unwrap_or_else(|| panic!("{wrong:?} passed"));
+            assert_eq!(
+                message,
+                format!("unexpected type name {wrong:?}, expected \"Object.spec.template\", which matches field name path from root Object type")
+            );
+        }
+        let root: Vec<String> = vec!["Object".into()];
+        assert_eq!(name_mismatch(&CelStruct::new("Object".into()), &root), None);
+    }
 }

@@ -4,7 +4,6 @@
 
 use super::MAX_NESTING;
 use crate::request::AdmissionRequest;
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -197,11 +196,35 @@ struct ResponseOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<StatusOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Base64<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
+}
+
+/// Bytes written as a base64 JSON string.
+///
+/// The base64 alphabet needs no JSON escaping, so the string goes out as a
+/// raw value instead of through the escaping writer, which checks each of
+/// its bytes (a patch of a few KB).
+struct Base64<'a>(&'a [u8]);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        let engine = &base64::engine::general_purpose::STANDARD;
+        let mut quoted = String::with_capacity(self.0.len().div_ceil(3) * 4 + 2);
+        quoted.push('"');
+        engine.encode_string(self.0, &mut quoted);
+        quoted.push('"');
+        match serde_json::value::RawValue::from_string(quoted) {
+            Ok(raw) => raw.serialize(serializer),
+            // Not reached (a quoted base64 string is valid JSON); kept so
+            // that the patch is never lost.
+            Err(_) => serializer.serialize_str(&engine.encode(self.0)),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -253,10 +276,7 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
                 reason: status_reason(*code),
                 code: *code,
             }),
-            patch: answer
-                .patch
-                .as_ref()
-                .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+            patch: answer.patch.as_deref().map(Base64),
             patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
             warnings: &answer.warnings,
         },
@@ -267,6 +287,7 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     #[test]
