@@ -805,6 +805,7 @@ impl PolicySet {
                         state
                             .first_results
                             .remove(&(key.clone(), index))
+                            .flatten()
                             .filter(|first| first.still_observed(&versioned, object_access))
                     }
                     _ => None,
@@ -841,7 +842,13 @@ impl PolicySet {
                         {
                             if !compiled.reads_authorizer {
                                 let first = FirstResult::new(&versioned, object_access, value);
-                                state.first_results.insert((key.clone(), index), first);
+                                state
+                                    .first_results
+                                    .entry((key.clone(), index))
+                                    // Two invocations with one key (params
+                                    // without names): neither is reused.
+                                    .and_modify(|kept| *kept = None)
+                                    .or_insert(Some(first));
                             }
                         }
                         result
@@ -911,8 +918,9 @@ struct AdmissionState<'o> {
     /// IfNeeded invocations run so far.
     invoked_if_needed: BTreeSet<String>,
     /// The first pass's results of IfNeeded mutations, by invocation key and
-    /// mutation index, for the reinvocation pass (see [`FirstResult`]).
-    first_results: HashMap<(String, usize), FirstResult, FastHash>,
+    /// mutation index, for the reinvocation pass (see [`FirstResult`]);
+    /// `None` where two invocations had the same key.
+    first_results: HashMap<(String, usize), Option<FirstResult>, FastHash>,
     /// Whether the object changed in this pass.
     changed: bool,
     /// Errors of this pass.
