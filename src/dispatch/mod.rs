@@ -84,6 +84,11 @@ impl InputAccess {
             .collect();
         InputAccess(JSON_INPUTS.map(|name| activation_access(&expressions, &variables, name)))
     }
+
+    /// What is observed of `object` (the first of [`JSON_INPUTS`]).
+    fn object(&self) -> &Access {
+        &self.0[0]
+    }
 }
 
 /// A compile problem of one expression.
@@ -799,7 +804,7 @@ impl PolicySet {
                     }
                 };
                 let constant = compiled.constant_results[index].as_ref();
-                let object_access = &compiled.mutation_access[index].0[0];
+                let object_access = compiled.mutation_access[index].object();
                 let remembered = match (&key, &state.reinvoke) {
                     (Some(key), Some(_)) if constant.is_none() && !compiled.reads_authorizer => {
                         state
