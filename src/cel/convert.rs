@@ -5,13 +5,26 @@
 //! mutation's result, which is small.
 
 use super::access::Access;
+use cel::common::traits::{Indexer, Sizer};
+use cel::common::types::{self as cel_types, Type};
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
     CelString, CelStruct, CelUInt,
 };
-use cel::common::value::Val;
+use cel::common::value::{CowVal, Val};
+use cel::ExecutionError;
 use serde_json::Value as Json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// The hasher of every map converted from JSON: one per process, so that
+/// the maps converted from one JSON object iterate in one order. A
+/// [`SelectedFields`] converts a field each time it is selected, and an
+/// expression that reads a map twice should not see two orders.
+fn map_hasher() -> std::hash::RandomState {
+    static KEYS: std::sync::LazyLock<std::hash::RandomState> =
+        std::sync::LazyLock::new(std::hash::RandomState::new);
+    KEYS.clone()
+}
 
 /// Converts a JSON value into a CEL value that borrows its strings.
 ///
@@ -35,7 +48,7 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
         )),
         Json::Object(map) => {
             let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
-                HashMap::with_capacity(map.len());
+                HashMap::with_capacity_and_hasher(map.len(), map_hasher());
             for (k, v) in map {
                 out.insert(CelMapKey::from(k.as_str()), json_to_val(v));
             }
@@ -47,18 +60,9 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
 /// Converts the part of `value` that `access` says can be observed (see
 /// [`Access`]): a JSON object read only through selections becomes a map of
 /// the selected fields it has; anything else is converted whole.
-pub fn json_to_val_for<'a>(value: &'a Json, access: &Access) -> Box<dyn Val + 'a> {
+pub fn json_to_val_for<'a>(value: &'a Json, access: &'a Access) -> Box<dyn Val + 'a> {
     match (value, access) {
-        (Json::Object(map), Access::Fields(fields)) => {
-            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
-                HashMap::with_capacity(fields.len());
-            for (field, inner) in fields {
-                if let Some((k, v)) = map.get_key_value(field.as_str()) {
-                    out.insert(CelMapKey::from(k.as_str()), json_to_val_for(v, inner));
-                }
-            }
-            Box::new(CelMap::from(out))
-        }
+        (Json::Object(map), Access::Fields(fields)) => Box::new(SelectedFields { map, fields }),
         (Json::Array(items), Access::Elements(inner)) => Box::new(CelList::from(
             items
                 .iter()
@@ -122,6 +126,154 @@ pub fn projection_matches(projected: &Json, value: &Json, access: &Access) -> bo
     }
 }
 
+/// A JSON object that the expressions read only by selecting `fields` (see
+/// [`Access::Fields`]): a CEL map whose selected fields are converted when
+/// they are selected.
+///
+/// The expressions cannot tell it from the map of its selected fields
+/// (`field.test`, `has()`, the `size` of the cost model); anything else that
+/// inspects a value (copies, JSON, the allocation guard) sees that map
+/// through [`as_selected_fields`] and [`SelectedFields::to_map`]. It saves
+/// building a map per object and, more, copying one per element that a
+/// comprehension binds.
+#[derive(Clone, Copy)]
+pub struct SelectedFields<'a> {
+    map: &'a serde_json::Map<String, Json>,
+    fields: &'a BTreeMap<String, Access>,
+}
+
+/// The type of every [`SelectedFields`], `map(dyn, dyn)`; its address tells
+/// a `SelectedFields` from any other value. A plain static of the same
+/// bytes as `MAP_TYPE` may share its address with the map's own type (the
+/// compiler merges identical constant data); one behind a lock, which is
+/// writable memory, has an address of its own.
+static SELECTED_FIELDS_TYPE: std::sync::LazyLock<Type> =
+    std::sync::LazyLock::new(|| cel_types::MAP_TYPE);
+
+/// `value` as a [`SelectedFields`], if it is one.
+pub fn as_selected_fields<'b, 'v>(value: &'b (dyn Val + 'v)) -> Option<&'b SelectedFields<'v>> {
+    if std::ptr::eq(value.get_type(), &*SELECTED_FIELDS_TYPE) {
+        // SAFETY: only `SelectedFields` returns this private static from
+        // `get_type`, so the value is a `SelectedFields<'v>` (its lifetime
+        // bound is the trait object's).
+        Some(unsafe { &*(value as *const (dyn Val + 'v) as *const SelectedFields<'v>) })
+    } else {
+        None
+    }
+}
+
+impl<'a> SelectedFields<'a> {
+    /// The object `map`, read by selecting `fields`.
+    pub fn new(
+        map: &'a serde_json::Map<String, Json>,
+        fields: &'a BTreeMap<String, Access>,
+    ) -> Self {
+        SelectedFields { map, fields }
+    }
+
+    /// The selected fields the object has, with what is read of each.
+    pub fn present(&self) -> impl Iterator<Item = (&'a String, &'a Json, &'a Access)> + 'a {
+        let map = self.map;
+        self.fields.iter().filter_map(move |(field, inner)| {
+            let (k, v) = map.get_key_value(field.as_str())?;
+            Some((k, v, inner))
+        })
+    }
+
+    /// The map of the selected fields the object has, converted.
+    pub fn to_map(&self) -> CelMap<'a> {
+        let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
+            HashMap::with_capacity_and_hasher(self.fields.len(), map_hasher());
+        for (k, v, inner) in self.present() {
+            out.insert(CelMapKey::from(k.as_str()), json_to_val_for(v, inner));
+        }
+        CelMap::from(out)
+    }
+}
+
+impl std::fmt::Debug for SelectedFields<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.present().map(|(k, v, _)| (k, v)))
+            .finish()
+    }
+}
+
+impl Val for SelectedFields<'_> {
+    fn get_type(&self) -> &Type {
+        &SELECTED_FIELDS_TYPE
+    }
+
+    fn cel_type() -> &'static Type {
+        &SELECTED_FIELDS_TYPE
+    }
+
+    fn as_indexer<'b, 'w>(&'b self) -> Option<&'b (dyn Indexer + 'w)>
+    where
+        Self: 'w,
+    {
+        Some(self)
+    }
+
+    fn into_indexer<'w>(self: Box<Self>) -> Option<Box<dyn Indexer + 'w>>
+    where
+        Self: 'w,
+    {
+        Some(self)
+    }
+
+    fn as_sizer(&self) -> Option<&dyn Sizer> {
+        Some(self)
+    }
+
+    fn equals(&self, other: &dyn Val) -> bool {
+        match as_selected_fields(other) {
+            Some(other) => self.to_map().equals(&other.to_map()),
+            None => self.to_map().equals(other),
+        }
+    }
+
+    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
+    where
+        Self: 'w,
+    {
+        Box::new(*self)
+    }
+}
+
+impl Indexer for SelectedFields<'_> {
+    fn get<'b, 'w>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
+    where
+        Self: 'w,
+    {
+        let Some(name) = key.downcast_ref::<CelString>() else {
+            // Not a selection: answered as the map of the selected fields would.
+            return self
+                .to_map()
+                .get(key)
+                .map(|v| CowVal::Owned(v.into_owned()));
+        };
+        let name = name.inner();
+        match (self.fields.get_key_value(name), self.map.get(name)) {
+            (Some((_, inner)), Some(value)) => Ok(CowVal::Owned(json_to_val_for(value, inner))),
+            _ => Err(ExecutionError::no_such_key(name)),
+        }
+    }
+
+    fn steal<'w>(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val + 'w>, ExecutionError>
+    where
+        Self: 'w,
+    {
+        self.get(key).map(CowVal::into_owned)
+    }
+}
+
+impl Sizer for SelectedFields<'_> {
+    fn size(&self) -> CelInt {
+        CelInt::from(self.present().count() as i64)
+    }
+}
+
 /// Why a CEL value has no JSON form.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[error("{0}")]
@@ -132,6 +284,9 @@ pub struct ToJsonError(pub String);
 /// Struct values (`Object{...}`, `JSONPatch{...}`) become objects of their
 /// fields; map keys are sorted so that the output is deterministic.
 pub fn val_to_json(value: &dyn Val) -> Result<Json, ToJsonError> {
+    if let Some(fields) = as_selected_fields(value) {
+        return val_to_json(&fields.to_map());
+    }
     if value.downcast_ref::<CelNull>().is_some() {
         return Ok(Json::Null);
     }
@@ -306,5 +461,38 @@ mod tests {
         assert!(projection_matches(&projected, &docs[2], access));
         assert!(!projection_matches(&projected, &docs[1], access));
         assert!(!projection_matches(&projected, &docs[3], access));
+    }
+
+    #[test]
+    fn selected_fields_answer_as_the_map_of_those_fields() {
+        use cel::common::traits::Indexer;
+        let (docs, accesses) = documents_and_accesses();
+        for doc in &docs {
+            for access in &accesses {
+                let (Json::Object(map), Access::Fields(fields)) = (doc, access) else {
+                    continue;
+                };
+                let view = SelectedFields::new(map, fields);
+                let whole = view.to_map();
+                // Told apart from the map it stands for, by its type's address.
+                assert!(as_selected_fields(&view).is_some());
+                assert!(as_selected_fields(&whole).is_none());
+                assert_eq!(view.get_type(), whole.get_type(), "{doc}");
+                assert_eq!(view.size(), whole.size(), "{doc} read as {access:?}");
+                assert!(view.equals(&whole) && whole.equals(&view.to_map()));
+                for key in ["spec", "metadata", "containers", "absent"] {
+                    let key = CelString::from(key);
+                    let mine = view.get(&key).map(|v| val_to_json(v.as_ref()).unwrap());
+                    let theirs = whole.get(&key).map(|v| val_to_json(v.as_ref()).unwrap());
+                    match (mine, theirs) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "{doc} [{key:?}]"),
+                        (Err(a), Err(b)) => assert_eq!(a, b, "{doc} [{key:?}]"),
+                        other => panic!("{doc} [{key:?}] read as {access:?}: {other:?}"),
+                    }
+                }
+                let index = CelInt::from(0);
+                assert_eq!(view.get(&index).err(), whole.get(&index).err());
+            }
+        }
     }
 }

@@ -37,11 +37,14 @@
 //! `validate` and `sortBy`'s key list cost 1; the root's static cost is
 //! charged before evaluation rather than as it goes.
 
+use super::access::Access;
+use super::convert::SelectedFields;
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, CelStruct};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
+use serde_json::Value as Json;
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
@@ -383,6 +386,9 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
         if *total > cap {
             return;
         }
+        if let Some(fields) = super::convert::as_selected_fields(v) {
+            return walk_selected(fields, total, cap);
+        }
         *total += 1;
         if let Some(s) = v.downcast_ref::<CelString>() {
             *total += s.inner().len() as u64 / 32;
@@ -403,6 +409,63 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
             }
         }
     }
+    /// `walk` of [`SelectedFields::to_map`], counted on the JSON.
+    fn walk_selected(fields: &SelectedFields<'_>, total: &mut u64, cap: u64) {
+        *total += 1;
+        for (key, value, access) in fields.present() {
+            walk_key(key, total, cap);
+            walk_converted(value, access, total, cap);
+        }
+    }
+    /// `walk` of `json_to_val_for(value, access)`, counted on the JSON.
+    fn walk_converted(value: &Json, access: &Access, total: &mut u64, cap: u64) {
+        match (value, access) {
+            (Json::Object(map), Access::Fields(fields)) => {
+                if *total > cap {
+                    return;
+                }
+                walk_selected(&SelectedFields::new(map, fields), total, cap)
+            }
+            (Json::Array(items), Access::Elements(inner)) => {
+                if *total > cap {
+                    return;
+                }
+                *total += 1;
+                for item in items {
+                    walk_converted(item, inner, total, cap);
+                }
+            }
+            _ => walk_json(value, total, cap),
+        }
+    }
+    /// `walk` of a map key, a string.
+    fn walk_key(key: &str, total: &mut u64, cap: u64) {
+        if *total <= cap {
+            *total += 1 + key.len() as u64 / 32;
+        }
+    }
+    /// `walk` of `json_to_val(value)`, counted on the JSON.
+    fn walk_json(value: &Json, total: &mut u64, cap: u64) {
+        if *total > cap {
+            return;
+        }
+        *total += 1;
+        match value {
+            Json::String(s) => *total += s.len() as u64 / 32,
+            Json::Array(items) => {
+                for item in items {
+                    walk_json(item, total, cap);
+                }
+            }
+            Json::Object(map) => {
+                for (key, item) in map {
+                    walk_key(key, total, cap);
+                    walk_json(item, total, cap);
+                }
+            }
+            Json::Null | Json::Bool(_) | Json::Number(_) => {}
+        }
+    }
     let mut total = 0;
     walk(v, &mut total, cap);
     total
@@ -411,6 +474,9 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
 /// The k8s library's `traversalCost`: a string's bytes / 10, rounded down,
 /// the sum over a list's elements or a map's keys and values, 1 otherwise.
 fn traversal_cost(v: &dyn Val) -> u64 {
+    if let Some(fields) = super::convert::as_selected_fields(v) {
+        return traversal_cost(&fields.to_map());
+    }
     if let Some(s) = v.downcast_ref::<CelString>() {
         (s.inner().len() as f64 * STRING_TRAVERSAL) as u64
     } else if let Some(b) = v.downcast_ref::<CelBytes>() {
@@ -1458,6 +1524,60 @@ mod tests {
             let _interrupt = Interrupt::at(Instant::now() + std::time::Duration::from_secs(3600));
             let (r, _) = expr.evaluate_with_cost(&ctx);
             assert!(r.is_ok(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn selected_fields_are_counted_as_the_map_they_stand_for() {
+        use crate::cel::convert::json_to_val_for;
+        use serde_json::json;
+        let fields = |entries: &[(&str, Access)]| {
+            Access::Fields(
+                entries
+                    .iter()
+                    .map(|(k, a)| (k.to_string(), a.clone()))
+                    .collect(),
+            )
+        };
+        let long = "x".repeat(70);
+        let doc = json!({"spec": {"containers": [{"name": long, "image": "i", "ports": [1, 2]},
+            {"name": "b", "env": [{"name": "E", "value": long}]}], "n": 3, "f": 1.5, "t": true, "z": null},
+            "metadata": {long.clone(): {"k": long}}});
+        let element = fields(&[("name", Access::Full), ("env", Access::Full)]);
+        for access in [
+            fields(&[("spec", Access::Full)]),
+            fields(&[(
+                "spec",
+                fields(&[("containers", Access::Elements(Box::new(element.clone())))]),
+            )]),
+            fields(&[
+                (
+                    "spec",
+                    fields(&[
+                        ("n", Access::Full),
+                        ("f", Access::Full),
+                        ("t", Access::Full),
+                        ("z", Access::Full),
+                    ]),
+                ),
+                ("metadata", Access::Full),
+            ]),
+            fields(&[("absent", Access::Full)]),
+        ] {
+            let view = json_to_val_for(&doc, &access);
+            assert!(crate::cel::convert::as_selected_fields(view.as_ref()).is_some());
+            // The same values converted whole, with no view anywhere.
+            let projected = crate::cel::convert::project(&doc, &access);
+            let whole = crate::cel::convert::json_to_val(&projected);
+            let expected = deep_size(whole.as_ref(), u64::MAX - 1);
+            assert_eq!(
+                deep_size(view.as_ref(), u64::MAX - 1),
+                expected,
+                "{access:?}"
+            );
+            // Past the cap both stop, above it.
+            let capped = deep_size(view.as_ref(), expected / 2);
+            assert!(capped > expected / 2 && capped <= expected, "{access:?}");
         }
     }
 }

@@ -172,6 +172,9 @@ fn name_mismatch(st: &CelStruct, path: &[String]) -> Option<String> {
 
 fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>) {
     use cel::common::types::{CelList, CelMap};
+    if let Some(fields) = super::convert::as_selected_fields(value) {
+        return check_value(&fields.to_map(), path, errors);
+    }
     if let Some(st) = value.downcast_ref::<CelStruct>() {
         check_struct(st, path, errors);
     } else if let Some(list) = value.downcast_ref::<CelList>() {
@@ -224,6 +227,9 @@ fn field_to_json(
     mismatches: &mut Vec<String>,
 ) -> Result<serde_json::Value, super::convert::ToJsonError> {
     use cel::common::types::{CelList, CelMap};
+    if let Some(fields) = super::convert::as_selected_fields(value) {
+        return field_to_json(&fields.to_map(), path, mismatches);
+    }
     if let Some(st) = value.downcast_ref::<CelStruct>() {
         return struct_to_json(st, path, mismatches);
     }

@@ -170,6 +170,14 @@ impl<'a> Activation<'a> {
 /// Strings, lists and maps (what variables mostly hold) are copied in one
 /// pass; other values go through `cel::Value`, which owns its data.
 fn to_static(v: &dyn Val) -> Result<Box<dyn Val + 'static>, String> {
+    if let Some(fields) = crate::cel::convert::as_selected_fields(v) {
+        let mut entries: HashMap<CelMapKey<'static>, Box<dyn Val + 'static>> = HashMap::new();
+        for (key, value, access) in fields.present() {
+            let value = to_static(json_to_val_for(value, access).as_ref())?;
+            entries.insert(CelMapKey::from(key.clone()), value);
+        }
+        return Ok(Box::new(CelMap::from(entries)));
+    }
     if let Some(s) = v.downcast_ref::<CelString>() {
         return Ok(Box::new(s.clone().into_static()));
     }
