@@ -28,6 +28,17 @@ pub enum Access {
 }
 
 impl Access {
+    /// `Fields` of these (field, access) pairs, for tests.
+    #[cfg(test)]
+    pub(crate) fn fields(entries: &[(&str, Access)]) -> Access {
+        Access::Fields(
+            entries
+                .iter()
+                .map(|(k, a)| (k.to_string(), a.clone()))
+                .collect(),
+        )
+    }
+
     /// What `ast` can observe of the top-level variable `name`.
     pub fn of(ast: &IdedExpr, name: &str) -> Access {
         let mut access = Access::None;
@@ -315,26 +326,17 @@ mod tests {
         Access::of(compiled.ast(), "object")
     }
 
-    fn fields(entries: &[(&str, Access)]) -> Access {
-        Access::Fields(
-            entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        )
-    }
-
     #[test]
     fn select_chains_give_paths() {
         assert_eq!(
             access("object.spec.containers"),
-            fields(&[("spec", fields(&[("containers", Access::Full)]))])
+            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
         );
         assert_eq!(
             access("has(object.metadata.labels) && object.metadata.name == 'x'"),
-            fields(&[(
+            Access::fields(&[(
                 "metadata",
-                fields(&[("labels", Access::Full), ("name", Access::Full)])
+                Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
             )])
         );
     }
@@ -343,7 +345,10 @@ mod tests {
     fn other_uses_read_the_whole_input() {
         assert_eq!(access("object"), Access::Full);
         assert_eq!(access(".object"), Access::Full);
-        assert_eq!(access(".object.spec"), fields(&[("spec", Access::Full)]));
+        assert_eq!(
+            access(".object.spec"),
+            Access::fields(&[("spec", Access::Full)])
+        );
         assert_eq!(access("size(object) > 0"), Access::Full);
         assert_eq!(access("object['spec'].replicas > 1"), Access::Full);
         assert_eq!(access("object.?spec.orValue({}) == {}"), Access::Full);
@@ -356,25 +361,31 @@ mod tests {
         let elements = |inner: Access| Access::Elements(Box::new(inner));
         assert_eq!(
             access("object.spec.containers.all(c, c.name != '' && has(c.image))"),
-            fields(&[(
+            Access::fields(&[(
                 "spec",
-                fields(&[(
+                Access::fields(&[(
                     "containers",
-                    elements(fields(&[("image", Access::Full), ("name", Access::Full)]))
+                    elements(Access::fields(&[
+                        ("image", Access::Full),
+                        ("name", Access::Full)
+                    ]))
                 )])
             )])
         );
         // `filter` keeps whole elements.
         assert_eq!(
             access("object.spec.containers.filter(c, c.name == 'a')"),
-            fields(&[("spec", fields(&[("containers", elements(Access::Full))]))])
+            Access::fields(&[(
+                "spec",
+                Access::fields(&[("containers", elements(Access::Full))])
+            )])
         );
         // Iterated and also read another way: whole.
         assert_eq!(
             access(
                 "object.spec.containers.all(c, c.name != '') && size(object.spec.containers) > 1"
             ),
-            fields(&[("spec", fields(&[("containers", Access::Full)]))])
+            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
         );
     }
 
@@ -390,14 +401,14 @@ mod tests {
         let mutation = compile("variables.unsized.map(c, c.name) + [variables.spec.hostname]");
         assert_eq!(
             activation_access(&[mutation.ast()], &variables, "object"),
-            fields(&[(
+            Access::fields(&[(
                 "spec",
-                fields(&[
+                Access::fields(&[
                     (
                         "containers",
-                        elements(fields(&[
+                        elements(Access::fields(&[
                             ("name", Access::Full),
-                            ("resources", fields(&[("requests", Access::Full)])),
+                            ("resources", Access::fields(&[("requests", Access::Full)])),
                         ]))
                     ),
                     ("hostname", Access::Full),
@@ -408,19 +419,19 @@ mod tests {
         let whole = compile("size(variables.unsized) + size(variables.spec)");
         assert_eq!(
             activation_access(&[whole.ast()], &variables, "object"),
-            fields(&[("spec", Access::Full)])
+            Access::fields(&[("spec", Access::Full)])
         );
         // Unread, only its own reads count.
         let none = compile("1 == 1");
         assert_eq!(
             activation_access(&[none.ast()], &variables, "object"),
-            fields(&[(
+            Access::fields(&[(
                 "spec",
-                fields(&[(
+                Access::fields(&[(
                     "containers",
-                    elements(fields(&[(
+                    elements(Access::fields(&[(
                         "resources",
-                        fields(&[("requests", Access::Full)])
+                        Access::fields(&[("requests", Access::Full)])
                     )]))
                 )])
             )])
@@ -431,7 +442,7 @@ mod tests {
     fn a_shorter_path_covers_a_longer_one() {
         assert_eq!(
             access("object.spec.replicas == 1 && object.spec != {}"),
-            fields(&[("spec", Access::Full)])
+            Access::fields(&[("spec", Access::Full)])
         );
     }
 }

@@ -386,15 +386,6 @@ mod tests {
         assert_eq!(json_to_val(&doc).get_type().name(), "uint");
     }
 
-    fn fields(entries: &[(&str, Access)]) -> Access {
-        Access::Fields(
-            entries
-                .iter()
-                .map(|(k, a)| (k.to_string(), a.clone()))
-                .collect(),
-        )
-    }
-
     /// Documents and ways of reading them, from a Pod's shape: selections
     /// that hit and miss, elements, and accesses that do not fit the value.
     fn documents_and_accesses() -> (Vec<Json>, Vec<Access>) {
@@ -408,23 +399,23 @@ mod tests {
             json!([{"spec": 1}, {"spec": 2}]),
             json!(null),
         ];
-        let container = fields(&[("name", Access::Full), ("image", Access::Full)]);
+        let container = Access::fields(&[("name", Access::Full), ("image", Access::Full)]);
         let accesses = vec![
             Access::Full,
-            fields(&[(
+            Access::fields(&[(
                 "spec",
-                fields(&[("containers", Access::Elements(Box::new(container.clone())))]),
+                Access::fields(&[("containers", Access::Elements(Box::new(container.clone())))]),
             )]),
-            fields(&[("spec", fields(&[("containers", Access::Full)]))]),
-            fields(&[("metadata", fields(&[("labels", Access::None)]))]),
-            fields(&[
+            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))]),
+            Access::fields(&[("metadata", Access::fields(&[("labels", Access::None)]))]),
+            Access::fields(&[
                 (
                     "metadata",
-                    fields(&[("labels", fields(&[("k", Access::Full)]))]),
+                    Access::fields(&[("labels", Access::fields(&[("k", Access::Full)]))]),
                 ),
                 ("spec", Access::Full),
             ]),
-            Access::Elements(Box::new(fields(&[("spec", Access::Full)]))),
+            Access::Elements(Box::new(Access::fields(&[("spec", Access::Full)]))),
         ];
         (docs, accesses)
     }

@@ -38,7 +38,7 @@
 //! charged before evaluation rather than as it goes.
 
 use super::access::Access;
-use super::convert::SelectedFields;
+use super::convert::{as_selected_fields, SelectedFields};
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, CelStruct};
@@ -386,7 +386,7 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
         if *total > cap {
             return;
         }
-        if let Some(fields) = super::convert::as_selected_fields(v) {
+        if let Some(fields) = as_selected_fields(v) {
             return walk_selected(fields, total, cap);
         }
         *total += 1;
@@ -474,7 +474,7 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
 /// The k8s library's `traversalCost`: a string's bytes / 10, rounded down,
 /// the sum over a list's elements or a map's keys and values, 1 otherwise.
 fn traversal_cost(v: &dyn Val) -> u64 {
-    if let Some(fields) = super::convert::as_selected_fields(v) {
+    if let Some(fields) = as_selected_fields(v) {
         return traversal_cost(&fields.to_map());
     }
     if let Some(s) = v.downcast_ref::<CelString>() {
@@ -1531,14 +1531,7 @@ mod tests {
     fn selected_fields_are_counted_as_the_map_they_stand_for() {
         use crate::cel::convert::json_to_val_for;
         use serde_json::json;
-        let fields = |entries: &[(&str, Access)]| {
-            Access::Fields(
-                entries
-                    .iter()
-                    .map(|(k, a)| (k.to_string(), a.clone()))
-                    .collect(),
-            )
-        };
+        let fields = Access::fields;
         let long = "x".repeat(70);
         let doc = json!({"spec": {"containers": [{"name": long, "image": "i", "ports": [1, 2]},
             {"name": "b", "env": [{"name": "E", "value": long}]}], "n": 3, "f": 1.5, "t": true, "z": null},
