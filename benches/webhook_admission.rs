@@ -31,20 +31,17 @@ fn fixture() -> (Engine, Vec<u8>) {
 
 #[inline(never)]
 fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
+    // As the server (src/webhook/server.rs `evaluate`).
     let mut review = review::decode(body).expect("fixture decodes");
     complete_request(&mut review.request, engine.resources());
-    let answer = match engine.admit(&review.request, &NoMetrics) {
-        Outcome::Admitted { object, warnings } => {
-            let original = review
-                .request
-                .object
-                .as_ref()
-                .expect("CREATE has an object");
-            Answer::admit(original, &object, warnings)
+    let uid = review.request.uid.clone();
+    let answer = match engine.admit_owned(review.request, &NoMetrics) {
+        (Outcome::Admitted { object, warnings }, original) => {
+            Answer::admit_from(&original, &object, warnings)
         }
-        Outcome::Denied { message, code } => Answer::deny(code, message),
+        (Outcome::Denied { message, code }, _) => Answer::deny(code, message),
     };
-    review::encode(review.version, &review.request.uid, &answer)
+    review::encode(review.version, &uid, &answer)
 }
 
 fn webhook_admission(c: &mut Criterion) {

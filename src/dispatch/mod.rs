@@ -473,20 +473,31 @@ impl PolicySet {
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
     ) -> Outcome {
-        let Some(original) = &request.object else {
+        self.admit_owned(request.clone(), ctx, observer)
+    }
+
+    /// [`PolicySet::admit_with`] on a request given up to the admission:
+    /// its object is mutated in place rather than copied first.
+    pub fn admit_owned(
+        &self,
+        mut request: AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+        observer: &dyn AdmissionObserver,
+    ) -> Outcome {
+        if request.object.is_none() {
             return Outcome::Admitted {
                 object: Json::Null,
                 warnings: Vec::new(),
             };
-        };
-        if request.operation == "DELETE" || is_policy_object(request) {
+        }
+        if request.operation == "DELETE" || is_policy_object(&request) {
             return Outcome::Admitted {
-                object: original.clone(),
+                object: request.object.take().unwrap_or(Json::Null),
                 warnings: Vec::new(),
             };
         }
         let mut state = AdmissionState {
-            attrs: request.clone(),
+            attrs: request,
             request_json: None,
             reinvoke: None,
             invoked_if_needed: BTreeSet::new(),

@@ -7,6 +7,7 @@ use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet};
 use crate::matching::ResourceTable;
+use crate::mutation::diff::Snapshot;
 use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use std::path::PathBuf;
@@ -257,6 +258,22 @@ impl Engine {
         self.compiled
             .set
             .admit_with(request, &self.context(), observer)
+    }
+
+    /// [`Engine::admit`] on a request given up to it, with the snapshot of
+    /// its object that the answer's patch is computed from: the object is
+    /// mutated in place, not copied.
+    pub fn admit_owned(
+        &self,
+        request: AdmissionRequest,
+        observer: &dyn AdmissionObserver,
+    ) -> (Outcome, Snapshot) {
+        let original = Snapshot::of(request.object.as_ref().unwrap_or(&serde_json::Value::Null));
+        let outcome = self
+            .compiled
+            .set
+            .admit_owned(request, &self.context(), observer);
+        (outcome, original)
     }
 }
 

@@ -3,6 +3,7 @@
 //! of a denial.
 
 use super::MAX_NESTING;
+use crate::mutation::diff::Snapshot;
 use crate::request::AdmissionRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -156,7 +157,12 @@ impl Answer {
     /// Admitted with `object` for `original`: the patch between them, none
     /// when they are equal.
     pub fn admit(original: &Json, object: &Json, warnings: Vec<String>) -> Answer {
-        let patch = crate::mutation::diff::diff(original, object);
+        Answer::admit_from(&Snapshot::of(original), object, warnings)
+    }
+
+    /// [`Answer::admit`] from a snapshot of the original object.
+    pub fn admit_from(original: &Snapshot, object: &Json, warnings: Vec<String>) -> Answer {
+        let patch = original.diff(object);
         let patch = if patch.0.is_empty() {
             None
         } else {

@@ -814,21 +814,22 @@ fn evaluate(
         errors: RefCell::new(Vec::new()),
         deadline,
     };
+    let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _interrupt = crate::cel::cost::Interrupt::at(deadline);
-        engine.admit(&request, &observer)
+        engine.admit_owned(request, &observer)
     }));
     if observer.interrupted() {
         return Evaluated::TimedOut;
     }
     let errors = observer.errors.into_inner();
-    let uid = request.uid.as_str();
+    let uid = uid.as_str();
     let (answer, result) = match outcome {
         Err(_) => {
             tracing::error!(uid = %uid, "evaluation panicked");
             (panic_answer(), RequestResult::Panic)
         }
-        Ok(Outcome::Denied { message, code }) => {
+        Ok((Outcome::Denied { message, code }, _)) => {
             let cause = errors
                 .iter()
                 .find(|e| e.failure_policy == Some(FailurePolicy::Fail))
@@ -839,7 +840,7 @@ fn evaluate(
             tracing::info!(uid = %uid, policy = %policy, binding = %binding, code, denial = %message, "request denied");
             (Answer::deny(code, message), RequestResult::Denied)
         }
-        Ok(Outcome::Admitted { object, warnings }) => {
+        Ok((Outcome::Admitted { object, warnings }, original)) => {
             let ignored: Vec<&SeenError> = errors
                 .iter()
                 .filter(|e| e.failure_policy.is_some())
@@ -849,9 +850,8 @@ fn evaluate(
                     errors = ignored.len(), error = %first.message,
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
-            let original = request.object.as_ref().unwrap_or(&serde_json::Value::Null);
             match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                Answer::admit(original, &object, warnings)
+                Answer::admit_from(&original, &object, warnings)
             })) {
                 Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
                 Ok(answer) => (answer, RequestResult::Allowed),
