@@ -30,9 +30,9 @@ pub struct Snapshot {
     nodes: Vec<Node>,
     /// The members of the objects, each object's together and in its
     /// (sorted) key order: key, node.
-    members: Vec<(Span, u32)>,
+    members: Vec<(Span, usize)>,
     /// The items of the arrays, each array's together: node.
-    items: Vec<u32>,
+    items: Vec<usize>,
     /// The text of the strings and keys.
     text: String,
 }
@@ -40,8 +40,8 @@ pub struct Snapshot {
 /// A range of [`Snapshot::text`].
 #[derive(Clone, Copy, Debug)]
 struct Span {
-    start: u32,
-    len: u32,
+    start: usize,
+    len: usize,
 }
 
 #[derive(Debug)]
@@ -52,13 +52,13 @@ enum Node {
     String(Span),
     /// Members `start..start + len`.
     Object {
-        start: u32,
-        len: u32,
+        start: usize,
+        len: usize,
     },
     /// Items `start..start + len`.
     Array {
-        start: u32,
-        len: u32,
+        start: usize,
+        len: usize,
     },
 }
 
@@ -78,34 +78,34 @@ impl Snapshot {
     }
 
     fn span(&mut self, s: &str) -> Span {
-        let start = self.text.len() as u32;
+        let start = self.text.len();
         self.text.push_str(s);
         Span {
             start,
-            len: s.len() as u32,
+            len: s.len(),
         }
     }
 
     /// Adds `value` and what it holds; returns its node's index.
-    fn add(&mut self, value: &Value) -> u32 {
-        let index = self.nodes.len() as u32;
+    fn add(&mut self, value: &Value) -> usize {
+        let index = self.nodes.len();
         let node = match value {
             Value::Null => Node::Null,
             Value::Bool(b) => Node::Bool(*b),
             Value::Number(n) => Node::Number(n.clone()),
             Value::String(s) => Node::String(self.span(s)),
             Value::Object(map) => {
-                let start = self.members.len() as u32;
+                let start = self.members.len();
                 Node::Object {
                     start,
-                    len: map.len() as u32,
+                    len: map.len(),
                 }
             }
             Value::Array(items) => {
-                let start = self.items.len() as u32;
+                let start = self.items.len();
                 Node::Array {
                     start,
-                    len: items.len() as u32,
+                    len: items.len(),
                 }
             }
         };
@@ -137,18 +137,18 @@ impl Snapshot {
     }
 
     fn text(&self, span: Span) -> &str {
-        &self.text[span.start as usize..(span.start + span.len) as usize]
+        &self.text[span.start..span.start + span.len]
     }
 
-    fn members(&self, start: u32, len: u32) -> impl Iterator<Item = (&str, u32)> + Clone {
-        self.members[start as usize..(start + len) as usize]
+    fn members(&self, start: usize, len: usize) -> impl Iterator<Item = (&str, usize)> + Clone {
+        self.members[start..start + len]
             .iter()
             .map(|&(key, node)| (self.text(key), node))
     }
 
     /// The member `key` of the object whose members start at `start`.
-    fn member(&self, start: u32, len: u32, key: &str) -> Option<u32> {
-        let members = &self.members[start as usize..(start + len) as usize];
+    fn member(&self, start: usize, len: usize, key: &str) -> Option<usize> {
+        let members = &self.members[start..start + len];
         // Keys are in `Map` order, which is byte order.
         members
             .binary_search_by(|&(k, _)| self.text(k).cmp(key))
@@ -169,12 +169,12 @@ impl Snapshot {
     /// subtrees give no operation: callers skip them after one comparison.
     fn diff_value(
         &self,
-        left: u32,
+        left: usize,
         right: &Value,
         pointer: &mut PointerBuf,
         patch: &mut Vec<PatchOperation>,
     ) {
-        match (&self.nodes[left as usize], right) {
+        match (&self.nodes[left], right) {
             (&Node::Object { start, len }, Value::Object(r)) => {
                 self.diff_object(start, len, r, pointer, patch)
             }
@@ -193,13 +193,13 @@ impl Snapshot {
     /// `right` appended.
     fn diff_array(
         &self,
-        start: u32,
-        len: u32,
+        start: usize,
+        len: usize,
         right: &[Value],
         pointer: &mut PointerBuf,
         patch: &mut Vec<PatchOperation>,
     ) {
-        let left = &self.items[start as usize..(start + len) as usize];
+        let left = &self.items[start..start + len];
         let mut removed = 0usize;
         for index in 0..left.len().max(right.len()) {
             match (left.get(index), right.get(index)) {
@@ -235,8 +235,8 @@ impl Snapshot {
     /// object's keys that `right` lacks (removed).
     fn diff_object(
         &self,
-        start: u32,
-        len: u32,
+        start: usize,
+        len: usize,
         right: &Map<String, Value>,
         pointer: &mut PointerBuf,
         patch: &mut Vec<PatchOperation>,
@@ -244,7 +244,7 @@ impl Snapshot {
         // Objects keep their keys sorted, so most keys pair up in step; the
         // others are looked up.
         let mut in_step = self.members(start, len).peekable();
-        let mut found = 0u32;
+        let mut found = 0usize;
         for (key, r) in right {
             let l = match in_step.next_if(|(k, _)| *k == key) {
                 Some((_, l)) => Some(l),
@@ -286,10 +286,10 @@ impl Snapshot {
     /// Whether node `left` equals `right` (`Value`'s `==`), pairing the keys
     /// of objects in step while they come in the same order, before falling
     /// back to lookups.
-    fn equal(&self, left: u32, right: &Value) -> bool {
-        match (&self.nodes[left as usize], right) {
+    fn equal(&self, left: usize, right: &Value) -> bool {
+        match (&self.nodes[left], right) {
             (&Node::Object { start, len }, Value::Object(r)) => {
-                if len as usize != r.len() {
+                if len != r.len() {
                     return false;
                 }
                 let mut pairs = self.members(start, len).zip(r.iter());
@@ -307,8 +307,8 @@ impl Snapshot {
                 true
             }
             (&Node::Array { start, len }, Value::Array(r)) => {
-                len as usize == r.len()
-                    && self.items[start as usize..(start + len) as usize]
+                len == r.len()
+                    && self.items[start..start + len]
                         .iter()
                         .zip(r)
                         .all(|(&a, b)| self.equal(a, b))
