@@ -86,35 +86,25 @@ impl Snapshot {
         }
     }
 
-    /// Adds `value` and what it holds; returns its node's index.
+    /// Adds `value` and what it holds; returns its node's index. The
+    /// members (items) of one object (array) are reserved before their
+    /// values are added, so that they stay together.
     fn add(&mut self, value: &Value) -> usize {
         let index = self.nodes.len();
-        let node = match value {
-            Value::Null => Node::Null,
-            Value::Bool(b) => Node::Bool(*b),
-            Value::Number(n) => Node::Number(n.clone()),
-            Value::String(s) => Node::String(self.span(s)),
+        match value {
+            Value::Null => self.nodes.push(Node::Null),
+            Value::Bool(b) => self.nodes.push(Node::Bool(*b)),
+            Value::Number(n) => self.nodes.push(Node::Number(n.clone())),
+            Value::String(s) => {
+                let span = self.span(s);
+                self.nodes.push(Node::String(span));
+            }
             Value::Object(map) => {
                 let start = self.members.len();
-                Node::Object {
+                self.nodes.push(Node::Object {
                     start,
                     len: map.len(),
-                }
-            }
-            Value::Array(items) => {
-                let start = self.items.len();
-                Node::Array {
-                    start,
-                    len: items.len(),
-                }
-            }
-        };
-        self.nodes.push(node);
-        // The members (items) of one object (array) are reserved first, so
-        // that they stay together whatever their values hold.
-        match value {
-            Value::Object(map) => {
-                let start = self.members.len();
+                });
                 let empty = Span { start: 0, len: 0 };
                 self.members.resize(start + map.len(), (empty, 0));
                 for (i, (k, v)) in map.iter().enumerate() {
@@ -125,13 +115,16 @@ impl Snapshot {
             }
             Value::Array(items) => {
                 let start = self.items.len();
+                self.nodes.push(Node::Array {
+                    start,
+                    len: items.len(),
+                });
                 self.items.resize(start + items.len(), 0);
                 for (i, v) in items.iter().enumerate() {
                     let child = self.add(v);
                     self.items[start + i] = child;
                 }
             }
-            _ => {}
         }
         index
     }
