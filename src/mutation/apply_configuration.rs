@@ -5,16 +5,15 @@
 //! `ApplyStructuredMergeDiff`, `validatePatch`, `findAtomics`, and
 //! sigs.k8s.io/structured-merge-diff/v6 `typed.TypedValue.Merge`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::schema::model::{
-    Atom, FastHash, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec,
-};
+use crate::schema::model::{Atom, ListView, MapView, Relationship, Resolved, SchemaData, TypeSpec};
 use crate::schema::typed::{
-    self, error, extend_under_field, invalid_atom, item_key, too_deep, validate_scalar, MAX_DEPTH,
+    self, error, extend_under_field, invalid_atom, item_key, too_deep, validate_scalar, ItemKey,
+    KeyMap, MAX_DEPTH,
 };
 use crate::schema::{TypeRef, ValidationError, ValidationErrors};
 
@@ -328,7 +327,7 @@ struct Merger<'a> {
     schema: &'a SchemaData,
 }
 
-impl Merger<'_> {
+impl<'a> Merger<'a> {
     /// The change [`Merger::merge`] of `lhs` and `rhs` makes to `lhs`, with
     /// its errors (in `merge`'s order). Granular maps present on both sides
     /// are walked key by key so that fields the patch does not name are
@@ -580,40 +579,50 @@ impl Merger<'_> {
         self.merge_list_items(list, lhs_items, rhs_items, depth)
     }
 
-    /// SMD `indexListPathElements`: identities of the items' path elements and the item
-    /// (with its index) for each distinct one (duplicated lhs items map to
-    /// `null`, without an index).
-    fn index<'v>(
-        &self,
-        list: &ListView,
+    /// The keys of `items` (SMD `listItemToPathElement`), in order; an
+    /// item whose key is invalid has its error instead.
+    fn keys<'v>(&self, list: &'v ListView, items: &'v [Value]) -> Vec<Result<ItemKey<'v>, String>>
+    where
+        'a: 'v,
+    {
+        items
+            .iter()
+            .map(|child| item_key(self.schema, list, child))
+            .collect()
+    }
+
+    /// SMD `indexListPathElements`: the keys of the items in order, and the
+    /// item (with its index) for each distinct key (duplicated lhs items map
+    /// to `null`, without an index). Items whose key is invalid, and
+    /// duplicates unless allowed, are errors.
+    fn index<'k, 'q, 'v>(
+        keys: &'k [Result<ItemKey<'q>, String>],
         items: &'v [Value],
         allow_duplicates: bool,
         errs: &mut Vec<ValidationError>,
-    ) -> (Vec<String>, HashMap<String, ListItem<'v>, FastHash>) {
+    ) -> ItemIndex<'k, 'q, 'v> {
         let mut ids = Vec::with_capacity(items.len());
-        let mut observed: HashMap<String, ListItem<'v>, FastHash> =
-            HashMap::with_capacity_and_hasher(items.len(), FastHash::default());
-        for (i, child) in items.iter().enumerate() {
-            let key = match item_key(self.schema, list, child) {
+        let mut observed = KeyMap::for_items(items.len());
+        for (i, (key, child)) in keys.iter().zip(items).enumerate() {
+            let key = match key {
                 Ok(key) => key,
                 Err(e) => {
                     errs.push(error(format!("element {i}: {e}")));
                     continue;
                 }
             };
-            let id = key.identity();
-            if observed.contains_key(&id) {
+            if let Some(seen) = observed.get_mut(&key) {
                 if !allow_duplicates {
                     let pe = key.to_path_element().render();
                     errs.push(error(format!("duplicate entries for key {pe}")));
                     continue;
                 }
                 // Duplicated items are not merged with the new value.
-                observed.insert(id.clone(), (None, &NULL));
+                *seen = (None, &NULL);
             } else {
-                observed.insert(id.clone(), (Some(i), child));
+                observed.insert_new(key, (Some(i), child));
             }
-            ids.push(id);
+            ids.push(key);
         }
         (ids, observed)
     }
@@ -658,20 +667,21 @@ impl Merger<'_> {
         rhs: &'r [Value],
     ) -> Result<Vec<ItemPair<'l, 'r>>, Vec<ValidationError>> {
         let mut errs = Vec::new();
-        let (rhs_ids, observed_rhs) = self.index(list, rhs, false, &mut errs);
-        let (lhs_ids, observed_lhs) = self.index(list, lhs, true, &mut errs);
+        let (rhs_keys, lhs_keys) = (self.keys(list, rhs), self.keys(list, lhs));
+        let (rhs_ids, observed_rhs) = Self::index(&rhs_keys, rhs, false, &mut errs);
+        let (lhs_ids, observed_lhs) = Self::index(&lhs_keys, lhs, true, &mut errs);
         if !errs.is_empty() {
             return Err(errs);
         }
 
-        let mut shared_order: VecDeque<&str> = rhs_ids
+        let mut shared_order: VecDeque<&ItemKey> = rhs_ids
             .iter()
-            .filter(|id| observed_lhs.contains_key(*id))
-            .map(String::as_str)
+            .filter(|id| observed_lhs.contains_key(id))
+            .copied()
             .collect();
         let mut next_shared = shared_order.pop_front();
-        let mut merged_rhs: HashSet<&str, FastHash> =
-            HashSet::with_capacity_and_hasher(rhs_ids.len(), FastHash::default());
+        // By the applied item's index.
+        let mut merged_rhs = vec![false; rhs_ids.len()];
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
         let mut push =
             |l: Option<ListItem<'l>>, r: Option<ListItem<'r>>| out.push((l, r.map(|(_, v)| v)));
@@ -685,37 +695,45 @@ impl Merger<'_> {
             }
             guard -= 1;
             if li < llen && ri < rlen {
-                let id = &lhs_ids[li];
-                if *id == rhs_ids[ri] {
-                    merged_rhs.insert(id.as_str());
-                    push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
+                let id = lhs_ids[li];
+                if id == rhs_ids[ri] {
+                    merged_rhs[ri] = true;
+                    push(
+                        observed_lhs.get(&id).copied(),
+                        observed_rhs.get(&id).copied(),
+                    );
                     li += 1;
                     ri += 1;
                     next_shared = shared_order.pop_front();
                     continue;
                 }
-                if observed_rhs.contains_key(id) && next_shared.is_some_and(|n| n != id.as_str()) {
+                if observed_rhs.contains_key(&id) && next_shared.is_some_and(|n| n != id) {
                     // A shared item, but not the one to place now.
                     li += 1;
                     continue;
                 }
             }
             if li < llen {
-                let id = &lhs_ids[li];
-                if !observed_rhs.contains_key(id) {
+                let id = lhs_ids[li];
+                if !observed_rhs.contains_key(&id) {
                     push(Some((Some(li), &lhs[li])), None);
                     li += 1;
                     continue;
-                } else if merged_rhs.contains(id.as_str()) {
-                    li += 1;
+                } else if let Some((Some(r), _)) = observed_rhs.get(&id) {
+                    if merged_rhs[*r] {
+                        li += 1;
+                    }
                 }
             }
             if ri < rlen {
-                let id = &rhs_ids[ri];
-                merged_rhs.insert(id.as_str());
-                push(observed_lhs.get(id).copied(), observed_rhs.get(id).copied());
+                let id = rhs_ids[ri];
+                merged_rhs[ri] = true;
+                push(
+                    observed_lhs.get(&id).copied(),
+                    observed_rhs.get(&id).copied(),
+                );
                 ri += 1;
-                if next_shared == Some(id.as_str()) {
+                if next_shared == Some(id) {
                     next_shared = shared_order.pop_front();
                 }
             }
@@ -724,6 +742,9 @@ impl Merger<'_> {
         Ok(out)
     }
 }
+
+/// The keys of a list's items in order, and the item each distinct key names.
+type ItemIndex<'k, 'q, 'v> = (Vec<&'k ItemKey<'q>>, KeyMap<&'k ItemKey<'q>, ListItem<'v>>);
 
 /// An item of a list and its index (none for the stand-in of duplicates).
 type ListItem<'v> = (Option<usize>, &'v Value);
@@ -888,6 +909,49 @@ mod tests {
                     {"name": "foo", "value": "bar"}
                 ]}
             ]}}}))
+        );
+    }
+
+    /// Lists longer than the ones compared item by item are hashed: the
+    /// upstream cases above, with forty items instead of two or three.
+    #[test]
+    fn long_lists_merge_as_short_ones() {
+        let env = |names: &[String], value: &str| -> Vec<Value> {
+            names
+                .iter()
+                .map(|n| json!({"name": n, "value": value}))
+                .collect()
+        };
+        let names: Vec<String> = (0..40).map(|i| format!("e{i}")).collect();
+        let pod = |env: Vec<Value>| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c", "env": env}]}})
+        };
+        let ty = kind("", "v1", "Pod");
+
+        // The object's duplicates collapse into the applied item (upstream
+        // TestApplyConfiguration "Modify existing env variable with duplicates").
+        let mut live_env = env(&names, "a");
+        live_env.insert(7, json!({"name": "e5", "value": "b"}));
+        let patch = pod(vec![
+            json!({"name": "e5", "value": "c"}),
+            json!({"name": "new", "value": "n"}),
+        ]);
+        let got = apply_configuration(&pod(live_env), &patch, &ty).unwrap();
+        // e5 keeps its first place. SMD visitListItems skips the object's
+        // second e5 (already merged) in the same step that places the next
+        // applied item, so the new item takes the duplicate's place.
+        let mut want = env(&names, "a");
+        want[5] = json!({"name": "e5", "value": "c"});
+        want.insert(7, json!({"name": "new", "value": "n"}));
+        assert_eq!(got, pod(want));
+
+        // A duplicate in a long applied list is refused, as in a short one.
+        let mut patch_env = env(&names, "x");
+        patch_env.push(json!({"name": "e3", "value": "y"}));
+        assert_eq!(
+            apply_err(&pod(env(&names, "a")), &pod(patch_env), &ty),
+            "failed to convert patch object to typed object: .spec.containers[name=\"c\"].env: duplicate entries for key [name=\"e3\"]"
         );
     }
 

@@ -3,8 +3,9 @@
 //! (`typed/validate.go`, `typed/helpers.go`, `fieldpath/element.go`).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
 
@@ -115,69 +116,92 @@ impl PathElement {
     }
 }
 
-/// Canonical encoding for SMD value equality (`value.Equals`): equal for
-/// equal values (numbers compared numerically), and prefix-free, since
-/// strings carry their length.
-fn canonical(v: &Value, out: &mut String) {
-    use std::fmt::Write;
-    match v {
-        Value::Null => out.push('n'),
-        Value::Bool(true) => out.push('t'),
-        Value::Bool(false) => out.push('f'),
-        Value::Number(n) => {
-            let mut digits = itoa::Buffer::new();
-            if let Some(i) = n.as_i64() {
-                out.push('i');
-                out.push_str(digits.format(i));
-            } else if let Some(u) = n.as_u64() {
-                out.push('i');
-                out.push_str(digits.format(u));
-            } else {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && f.abs() < 9.2e18 {
-                    out.push('i');
-                    out.push_str(digits.format(f as i64));
-                } else {
-                    // Writing to a String cannot fail.
-                    let _ = write!(out, "d{f:e}");
-                }
-            }
-        }
-        Value::String(s) => canonical_str(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for i in items {
-                canonical(i, out);
-                out.push(',');
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (k, v) in entries {
-                canonical_str(k, out);
-                out.push(':');
-                canonical(v, out);
-                out.push(',');
-            }
-            out.push('}');
+/// A number as SMD's `value.Equals` compares it: integers, and floats of
+/// integral value that fit an `int64`, as integers; other floats as floats.
+#[derive(PartialEq)]
+enum NumberKey {
+    Int(i128),
+    Float(f64),
+}
+
+fn number_key(n: &serde_json::Number) -> NumberKey {
+    if let Some(i) = n.as_i64() {
+        NumberKey::Int(i.into())
+    } else if let Some(u) = n.as_u64() {
+        NumberKey::Int(u.into())
+    } else {
+        let f = n.as_f64().unwrap_or(0.0);
+        if f.fract() == 0.0 && f.abs() < 9.2e18 {
+            NumberKey::Int((f as i64).into())
+        } else {
+            NumberKey::Float(f)
         }
     }
 }
 
-/// A string in [`canonical`]'s encoding: `s`, its length, `:`, its text.
-fn canonical_str(s: &str, out: &mut String) {
-    out.push('s');
-    out.push_str(itoa::Buffer::new().format(s.len()));
-    out.push(':');
-    out.push_str(s);
+/// SMD `value.Equals`: numbers compared numerically, maps by content.
+fn smd_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Null, Value::Null) => true,
+        (Value::Bool(a), Value::Bool(b)) => a == b,
+        (Value::Number(a), Value::Number(b)) => number_key(a) == number_key(b),
+        (Value::String(a), Value::String(b)) => a == b,
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| smd_equal(a, b))
+        }
+        // Both iterate in key order (serde_json's map is sorted).
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|((ka, va), (kb, vb))| ka == kb && smd_equal(va, vb))
+        }
+        _ => false,
+    }
+}
+
+/// Hashes `v` so that values [`smd_equal`] calls equal hash equally.
+fn hash_value<H: Hasher>(v: &Value, h: &mut H) {
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
+        Value::Number(n) => match number_key(n) {
+            NumberKey::Int(i) => {
+                h.write_u8(3);
+                h.write_i128(i);
+            }
+            // Never -0.0 (integral) nor NaN (not JSON): equal floats have
+            // equal bits.
+            NumberKey::Float(f) => {
+                h.write_u8(4);
+                h.write_u64(f.to_bits());
+            }
+        },
+        Value::String(s) => {
+            h.write_u8(5);
+            s.hash(h);
+        }
+        Value::Array(items) => {
+            h.write_u8(6);
+            h.write_usize(items.len());
+            for i in items {
+                hash_value(i, h);
+            }
+        }
+        Value::Object(m) => {
+            h.write_u8(7);
+            h.write_usize(m.len());
+            for (k, v) in m {
+                k.hash(h);
+                hash_value(v, h);
+            }
+        }
+    }
 }
 
 /// The fields that identify an associative-list item, borrowed from it (or
 /// from the schema's defaults): copied into a [`PathElement`] only for a
-/// message, encoded directly as an identity to match items.
+/// message, compared directly to match items.
 pub(crate) enum ItemKey<'a> {
     /// Key fields, sorted by name (a default is copied from the schema).
     Key(Vec<(&'a str, Cow<'a, Value>)>),
@@ -252,29 +276,96 @@ impl ItemKey<'_> {
             ItemKey::Value(v) => PathElement::Value((*v).clone()),
         }
     }
+}
 
-    /// A string equal for the path elements SMD considers equal
-    /// (`PathElement.Equals`, numbers compared numerically).
-    pub(crate) fn identity(&self) -> String {
-        // Room for a typical key (`name` and a short value) at once: an
-        // identity grown from empty is reallocated three or four times.
-        let mut out = String::with_capacity(64);
+/// Equal for the path elements SMD considers equal (`PathElement.Equals`,
+/// numbers compared numerically): how list items are matched up.
+impl PartialEq for ItemKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ItemKey::Key(a), ItemKey::Key(b)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .all(|((na, va), (nb, vb))| na == nb && smd_equal(va, vb))
+            }
+            (ItemKey::Value(a), ItemKey::Value(b)) => smd_equal(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for ItemKey<'_> {}
+
+impl Hash for ItemKey<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
         match self {
             ItemKey::Key(fields) => {
-                out.push('K');
-                for (n, v) in fields {
-                    canonical_str(n, &mut out);
-                    out.push('=');
-                    canonical(v, &mut out);
-                    out.push(';');
+                h.write_u8(b'K');
+                h.write_usize(fields.len());
+                for (name, v) in fields {
+                    name.hash(h);
+                    hash_value(v, h);
                 }
             }
             ItemKey::Value(v) => {
-                out.push('V');
-                canonical(v, &mut out);
+                h.write_u8(b'V');
+                hash_value(v, h);
             }
         }
-        out
+    }
+}
+
+/// Up to this many items, a list's keys are compared one by one rather
+/// than hashed: hashing a key costs more than comparing a few.
+const FEW_KEYS: usize = 16;
+
+/// A map from list-item keys (or references to them), sized for the list
+/// up front: scanned while short, as most lists are, hashed when long.
+pub(crate) enum KeyMap<K, V> {
+    Few(Vec<(K, V)>),
+    Many(HashMap<K, V, FastHash>),
+}
+
+impl<K: Eq + Hash, V> KeyMap<K, V> {
+    /// An empty map for a list of `items` items.
+    pub(crate) fn for_items(items: usize) -> Self {
+        if items <= FEW_KEYS {
+            KeyMap::Few(Vec::with_capacity(items))
+        } else {
+            KeyMap::Many(HashMap::with_capacity_and_hasher(
+                items,
+                FastHash::default(),
+            ))
+        }
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        match self {
+            KeyMap::Few(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            KeyMap::Many(map) => map.get(key),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        match self {
+            KeyMap::Few(entries) => entries.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v),
+            KeyMap::Many(map) => map.get_mut(key),
+        }
+    }
+
+    pub(crate) fn contains_key(&self, key: &K) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Adds `key`, which the map does not have yet.
+    pub(crate) fn insert_new(&mut self, key: K, value: V) {
+        match self {
+            KeyMap::Few(entries) => entries.push((key, value)),
+            KeyMap::Many(map) => {
+                map.insert(key, value);
+            }
+        }
     }
 }
 
@@ -403,7 +494,11 @@ impl Validator<'_> {
                 }
             };
             let mut errs = Vec::new();
-            let mut seen: HashSet<String, FastHash> = HashSet::default();
+            let mut seen: KeyMap<ItemKey<'_>, ()> = KeyMap::for_items(if self.allow_duplicates {
+                0
+            } else {
+                items.len()
+            });
             for (i, child) in items.iter().enumerate() {
                 // The item's key; its path element is built only for a message.
                 let key = if list.relationship != Some(Relationship::Associative) {
@@ -421,15 +516,20 @@ impl Validator<'_> {
                     Some(key) => key.to_path_element().render(),
                     None => PathElement::Index(i).render(),
                 };
-                // With duplicates allowed no identity is needed.
-                if let (false, Some(k)) = (self.allow_duplicates, &key) {
-                    if !seen.insert(k.identity()) {
-                        errs.push(error(format!("duplicate entries for key {}", render(&key))));
-                    }
+                // With duplicates allowed no key is kept.
+                let duplicate = match (self.allow_duplicates, &key) {
+                    (false, Some(k)) => seen.contains_key(k),
+                    _ => false,
+                };
+                if duplicate {
+                    errs.push(error(format!("duplicate entries for key {}", render(&key))));
                 }
                 let errors = self.validate(&list.def.element, child, depth + 1);
                 if !errors.is_empty() {
                     errs.extend(with_prefix(errors, &render(&key)));
+                }
+                if let (false, Some(k)) = (self.allow_duplicates || duplicate, key) {
+                    seen.insert_new(k, ());
                 }
             }
             return errs;
@@ -443,52 +543,82 @@ mod tests {
     use super::ItemKey;
     use serde_json::{json, Value};
     use std::borrow::Cow;
+    use std::hash::BuildHasher;
 
-    fn key<'a>(fields: &'a [(&'a str, Value)]) -> String {
-        ItemKey::Key(fields.iter().map(|(n, v)| (*n, Cow::Borrowed(v))).collect()).identity()
+    fn key<'a>(fields: &'a [(&'a str, Value)]) -> ItemKey<'a> {
+        ItemKey::Key(fields.iter().map(|(n, v)| (*n, Cow::Borrowed(v))).collect())
     }
 
-    fn item(v: &Value) -> String {
-        ItemKey::Value(v).identity()
+    /// Whether `a` and `b` are equal; equal keys must hash equally.
+    fn equal(a: &ItemKey, b: &ItemKey) -> bool {
+        let hash = |k: &ItemKey| foldhash::fast::FixedState::with_seed(7).hash_one(k);
+        let eq = a == b;
+        if eq {
+            assert_eq!(hash(a), hash(b));
+        }
+        eq
     }
 
     #[test]
-    fn identities_are_equal_for_values_smd_calls_equal() {
+    fn keys_are_equal_for_values_smd_calls_equal() {
         // SMD's value.Equals compares numbers numerically and maps by content.
-        assert_eq!(item(&json!(1)), item(&json!(1.0)));
-        assert_eq!(
-            item(&json!({"a": 1, "b": [true, null]})),
-            item(&json!({"b": [true, null], "a": 1}))
-        );
-        assert_eq!(
-            key(&[("name", json!("x")), ("port", json!(80))]),
-            key(&[("name", json!("x")), ("port", json!(80.0))])
-        );
+        let pairs = [
+            (json!(1), json!(1.0)),
+            (json!(-3), json!(-3.0)),
+            (json!(0.0), json!(-0.0)),
+            (json!(2.5), json!(2.5)),
+            (json!(1e20), json!(100000000000000000000.0)),
+            (
+                json!({"a": 1, "b": [true, null]}),
+                json!({"b": [true, null], "a": 1.0}),
+            ),
+            (json!(["x", {"k": "v"}]), json!(["x", {"k": "v"}])),
+        ];
+        for (a, b) in &pairs {
+            assert!(equal(&ItemKey::Value(a), &ItemKey::Value(b)), "{a} = {b}");
+        }
+        let port = [("name", json!("x")), ("port", json!(80))];
+        let port_float = [("name", json!("x")), ("port", json!(80.0))];
+        assert!(equal(&key(&port), &key(&port_float)));
     }
 
     #[test]
-    fn identities_differ_for_values_smd_calls_different() {
-        let distinct = [
-            item(&json!(1)),
-            item(&json!(1.5)),
-            item(&json!("1")),
-            item(&json!(true)),
-            item(&json!(null)),
-            item(&json!([1])),
-            item(&json!({"a": 1})),
-            item(&json!("a,b")),
-            item(&json!(["a", "b"])),
-            key(&[("a", json!("x")), ("b", json!("y"))]),
-            // A key value holding what would be the next field's encoding.
-            key(&[("a", json!("x;s1:b=s1:y"))]),
-            key(&[("a", json!("x")), ("b", json!("z"))]),
-            key(&[("a", json!("xs1:b"))]),
-            key(&[("a", json!(1))]),
-            key(&[("a", json!("1"))]),
+    fn keys_differ_for_values_smd_calls_different() {
+        let values = [
+            json!(1),
+            json!(1.5),
+            json!("1"),
+            json!(true),
+            json!(false),
+            json!(null),
+            json!([1]),
+            json!([1, 1]),
+            json!({"a": 1}),
+            json!({"a": 1, "b": 1}),
+            json!({"b": 1}),
+            json!("a,b"),
+            json!(["a", "b"]),
+            // An integer past int64 and the float nearest it: SMD keeps the
+            // one an integer and the other a float.
+            json!(10000000000000000000u64),
+            json!(1e19),
         ];
+        let fields: [&[(&str, Value)]; 6] = [
+            &[("a", json!("x")), ("b", json!("y"))],
+            &[("a", json!("x;s1:b=s1:y"))],
+            &[("a", json!("x")), ("b", json!("z"))],
+            &[("a", json!("xs1:b"))],
+            &[("a", json!(1))],
+            &[("a", json!("1"))],
+        ];
+        let distinct: Vec<ItemKey> = values
+            .iter()
+            .map(ItemKey::Value)
+            .chain(fields.iter().map(|f| key(f)))
+            .collect();
         for (i, a) in distinct.iter().enumerate() {
             for b in &distinct[i + 1..] {
-                assert_ne!(a, b);
+                assert!(!equal(a, b));
             }
         }
     }
