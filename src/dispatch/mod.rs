@@ -643,23 +643,31 @@ impl PolicySet {
                 return Ok(());
             }
         }
-        let schema =
-            ctx.schemas
-                .lookup(&matched.gvk.group, &matched.gvk.version, &matched.gvk.kind);
+        let schema = {
+            let gvk = matched.gvk(&state.attrs);
+            ctx.schemas.lookup(&gvk.group, &gvk.version, &gvk.kind)
+        };
 
         // The object in the matched version (CRD versions differ only by apiVersion).
         let Some(mut versioned) = state.attrs.object.take() else {
             return Ok(());
         };
-        let original_api_version = versioned.get("apiVersion").cloned();
-        let matched_api_version = if matched.gvk.group.is_empty() {
-            matched.gvk.version.clone()
-        } else {
-            format!("{}/{}", matched.gvk.group, matched.gvk.version)
-        };
-        let converted = original_api_version.as_ref().and_then(Json::as_str)
-            != Some(matched_api_version.as_str());
+        let matched_gvk = matched.gvk(&state.attrs);
+        let in_matched_version = versioned
+            .get("apiVersion")
+            .and_then(Json::as_str)
+            .is_some_and(|v| is_api_version(v, &matched_gvk.group, &matched_gvk.version));
+        let converted = !in_matched_version;
+        // Kept only when converted, to be put back.
+        let original_api_version = converted
+            .then(|| versioned.get("apiVersion").cloned())
+            .flatten();
         if converted {
+            let matched_api_version = if matched_gvk.group.is_empty() {
+                matched_gvk.version.clone()
+            } else {
+                format!("{}/{}", matched_gvk.group, matched_gvk.version)
+            };
             versioned["apiVersion"] = Json::String(matched_api_version);
         }
         // `request` and `namespaceObject` are built only for policies that read them.
@@ -676,8 +684,8 @@ impl PolicySet {
                 .request_json
                 .get_or_insert_with(|| state.attrs.cel_request_json())
                 .clone();
-            r["kind"] = serde_json::to_value(&matched.gvk).unwrap_or(Json::Null);
-            r["resource"] = serde_json::to_value(&matched.gvr).unwrap_or(Json::Null);
+            r["kind"] = serde_json::to_value(matched.gvk(&state.attrs)).unwrap_or(Json::Null);
+            r["resource"] = serde_json::to_value(matched.gvr(&state.attrs)).unwrap_or(Json::Null);
             std::borrow::Cow::Owned(r)
         };
         let is_namespace_request =
@@ -876,7 +884,7 @@ impl PolicySet {
                         code: 503,
                         message: format!(
                             "Resource kind {} not found. There can be a delay between when CustomResourceDefinitions are created and when they are available.",
-                            gvk_string(&matched.gvk)
+                            gvk_string(matched.gvk(&state.attrs))
                         ),
                     };
                     observe(&versioned, Some(&status.message));
@@ -1024,8 +1032,20 @@ impl<'x> InvocationInputs<'x> {
 }
 
 /// Whether the request already names the matched kind and resource.
+/// Whether `api_version` is `group/version` (`version` for the core group).
+fn is_api_version(api_version: &str, group: &str, version: &str) -> bool {
+    if group.is_empty() {
+        return api_version == version;
+    }
+    api_version
+        .strip_prefix(group)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| rest == version)
+}
+
 fn request_matches(request: &AdmissionRequest, matched: &matching::MatchedAs) -> bool {
-    request.kind == matched.gvk && request.resource == matched.gvr
+    *matched == matching::MatchedAs::Exact
+        || (request.kind == *matched.gvk(request) && request.resource == *matched.gvr(request))
 }
 
 /// Applies one mutation's value to `object`, which it leaves untouched on an

@@ -26,12 +26,37 @@ const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "k
 
 /// The version a request matched as: the kind and resource the policy sees
 /// (the request's own for an exact match, an equivalent one otherwise).
+/// An exact match copies nothing: every binding of every request is
+/// matched, twice when policies are reinvoked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MatchedAs {
-    /// The kind to convert the object to.
-    pub gvk: GroupVersionKind,
-    /// The resource that matched.
-    pub gvr: GroupVersionResource,
+pub enum MatchedAs {
+    /// As requested: the request's own kind and resource.
+    Exact,
+    /// As an equivalent resource (another version or group).
+    Equivalent {
+        /// The kind to convert the object to.
+        gvk: GroupVersionKind,
+        /// The resource that matched.
+        gvr: GroupVersionResource,
+    },
+}
+
+impl MatchedAs {
+    /// The kind to convert the object of `req` to.
+    pub fn gvk<'a>(&'a self, req: &'a AdmissionRequest) -> &'a GroupVersionKind {
+        match self {
+            MatchedAs::Exact => &req.kind,
+            MatchedAs::Equivalent { gvk, .. } => gvk,
+        }
+    }
+
+    /// The resource that matched `req`.
+    pub fn gvr<'a>(&'a self, req: &'a AdmissionRequest) -> &'a GroupVersionResource {
+        match self {
+            MatchedAs::Exact => &req.resource,
+            MatchedAs::Equivalent { gvr, .. } => gvr,
+        }
+    }
 }
 
 /// Why matching could not decide (upstream: a configuration error of the
@@ -157,10 +182,7 @@ pub fn matches(
         return Ok(None);
     }
     let matched = if constraints.resource_rules.is_empty() {
-        MatchedAs {
-            gvk: req.kind.clone(),
-            gvr: req.resource.clone(),
-        }
+        MatchedAs::Exact
     } else {
         match matches_rules(&constraints.resource_rules, policy, req, cluster, resources)? {
             Some(m) => m,
@@ -312,10 +334,7 @@ fn matches_rules(
 ) -> Result<Option<MatchedAs>, MatchError> {
     for rule in rules {
         if rule_matches(rule, req, &req.resource) && name_matches(rule, &req.name) {
-            return Ok(Some(MatchedAs {
-                gvk: req.kind.clone(),
-                gvr: req.resource.clone(),
-            }));
+            return Ok(Some(MatchedAs::Exact));
         }
     }
     if policy == MatchPolicy::Exact || rules.is_empty() {
@@ -344,7 +363,7 @@ fn matches_rules(
                 return Err(MatchError::UnknownKind(eq.gvr.clone()));
             };
             if name_matches(rule, &req.name) {
-                return Ok(Some(MatchedAs {
+                return Ok(Some(MatchedAs::Equivalent {
                     gvk: kind.clone(),
                     gvr: eq.gvr.clone(),
                 }));

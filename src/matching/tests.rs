@@ -139,21 +139,30 @@ fn upstream_mapper() -> ResourceTable {
     t
 }
 
+/// The kind and resource a request matched as, or none.
+type Resolved = Option<(GroupVersionKind, GroupVersionResource)>;
+
 fn run(
     c: &MatchResources,
     r: &AdmissionRequest,
     t: &ResourceTable,
-) -> Result<Option<MatchedAs>, MatchError> {
-    matches(c, r, &ClusterObjects::default(), t)
+) -> Result<Resolved, MatchError> {
+    run_in(c, r, &ClusterObjects::default(), t)
 }
-fn exact_match(r: &AdmissionRequest) -> Option<MatchedAs> {
-    Some(MatchedAs {
-        gvk: r.kind.clone(),
-        gvr: r.resource.clone(),
-    })
+/// [`matches`], with what the request matched as resolved.
+fn run_in(
+    c: &MatchResources,
+    r: &AdmissionRequest,
+    cluster: &ClusterObjects,
+    t: &ResourceTable,
+) -> Result<Resolved, MatchError> {
+    matches(c, r, cluster, t).map(|m| m.map(|m| (m.gvk(r).clone(), m.gvr(r).clone())))
 }
-fn as_(k: GroupVersionKind, r: GroupVersionResource) -> Option<MatchedAs> {
-    Some(MatchedAs { gvk: k, gvr: r })
+fn exact_match(r: &AdmissionRequest) -> Resolved {
+    as_(r.kind.clone(), r.resource.clone())
+}
+fn as_(k: GroupVersionKind, r: GroupVersionResource) -> Resolved {
+    Some((k, r))
 }
 
 // --- TestMatcher cases -----------------------------------------------------
@@ -429,8 +438,8 @@ fn upstream_erroring_selectors_only_error_when_rules_match() {
             }
             c
         };
-        assert_eq!(matches(&mk(&["deployments"]), &pod, &cluster, &t), Ok(None));
-        let e = matches(&mk(&["pods"]), &pod, &cluster, &t).unwrap_err();
+        assert_eq!(run_in(&mk(&["deployments"]), &pod, &cluster, &t), Ok(None));
+        let e = run_in(&mk(&["pods"]), &pod, &cluster, &t).unwrap_err();
         assert!(matches!(e, MatchError::InvalidSelector(_)));
         assert!(e.to_string().contains("bad value"), "{e}");
     }
@@ -636,12 +645,12 @@ fn namespace_selector_uses_the_request_namespace() {
     let mut c = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c.namespace_selector = selector(&[("env", "prod")]);
     let r = deployment();
-    assert!(matches(&c, &r, &cluster, &t).unwrap().is_some());
+    assert!(run_in(&c, &r, &cluster, &t).unwrap().is_some());
     c.namespace_selector = selector(&[("env", "dev")]);
-    assert_eq!(matches(&c, &r, &cluster, &t), Ok(None));
+    assert_eq!(run_in(&c, &r, &cluster, &t), Ok(None));
     // Every Namespace carries kubernetes.io/metadata.name.
     c.namespace_selector = selector(&[(NAMESPACE_NAME_LABEL, "ns")]);
-    assert!(matches(&c, &r, &cluster, &t).unwrap().is_some());
+    assert!(run_in(&c, &r, &cluster, &t).unwrap().is_some());
 }
 
 #[test]
@@ -653,22 +662,22 @@ fn namespace_not_found_is_an_error_only_when_rules_match() {
     r.namespace = "missing".into();
     let mut c = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c.namespace_selector = selector(&[("env", "prod")]);
-    let e = matches(&c, &r, &ClusterObjects::default(), &t).unwrap_err();
+    let e = run_in(&c, &r, &ClusterObjects::default(), &t).unwrap_err();
     assert_eq!(e, MatchError::NamespaceNotFound("missing".into()));
     assert_eq!(e.to_string(), r#"namespaces "missing" not found"#);
     let mut c2 = constraints(vec![rule(&["batch"], &["*"], &["jobs"])]);
     c2.namespace_selector = selector(&[("env", "prod")]);
-    assert_eq!(matches(&c2, &r, &ClusterObjects::default(), &t), Ok(None));
+    assert_eq!(run_in(&c2, &r, &ClusterObjects::default(), &t), Ok(None));
     // An empty selector never looks the namespace up.
     let c3 = constraints(vec![rule(&["*"], &["*"], &["*"])]);
-    assert!(matches(&c3, &r, &ClusterObjects::default(), &t)
+    assert!(run_in(&c3, &r, &ClusterObjects::default(), &t)
         .unwrap()
         .is_some());
     // System namespaces exist even when the case does not list them.
     r.namespace = "default".into();
     let mut c4 = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c4.namespace_selector = selector(&[(NAMESPACE_NAME_LABEL, "default")]);
-    assert!(matches(&c4, &r, &ClusterObjects::default(), &t)
+    assert!(run_in(&c4, &r, &ClusterObjects::default(), &t)
         .unwrap()
         .is_some());
 }
@@ -686,7 +695,7 @@ fn namespace_selector_never_excludes_cluster_scoped_objects() {
     r.namespace.clear();
     let mut c = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c.namespace_selector = selector(&[("never", "there")]);
-    assert!(matches(&c, &r, &ClusterObjects::default(), &t)
+    assert!(run_in(&c, &r, &ClusterObjects::default(), &t)
         .unwrap()
         .is_some());
 }
@@ -705,14 +714,14 @@ fn namespace_selector_on_namespace_objects_uses_their_own_labels() {
     r.old_object = Some(ns_obj("team", json!({"env": "old"})));
     let mut c = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c.namespace_selector = selector(&[("env", "new")]);
-    assert!(matches(&c, &r, &cluster, &t).unwrap().is_some());
+    assert!(run_in(&c, &r, &cluster, &t).unwrap().is_some());
     c.namespace_selector = selector(&[("env", "old")]);
-    assert_eq!(matches(&c, &r, &cluster, &t), Ok(None));
+    assert_eq!(run_in(&c, &r, &cluster, &t), Ok(None));
     // CREATE of a namespace the cluster does not hold yet.
     r.operation = "CREATE".into();
     r.old_object = None;
     c.namespace_selector = selector(&[("env", "new"), (NAMESPACE_NAME_LABEL, "team")]);
-    assert!(matches(&c, &r, &ClusterObjects::default(), &t)
+    assert!(run_in(&c, &r, &ClusterObjects::default(), &t)
         .unwrap()
         .is_some());
     // namespaces/status reads the stored Namespace.
@@ -720,14 +729,14 @@ fn namespace_selector_on_namespace_objects_uses_their_own_labels() {
     r.sub_resource = "status".into();
     c = constraints(vec![rule(&["*"], &["*"], &["*/*"])]);
     c.namespace_selector = selector(&[("env", "old")]);
-    assert!(matches(&c, &r, &cluster, &t).unwrap().is_some());
+    assert!(run_in(&c, &r, &cluster, &t).unwrap().is_some());
     // No object to read: an internal error.
     r.sub_resource.clear();
     r.object = None;
     c = constraints(vec![rule(&["*"], &["*"], &["*"])]);
     c.namespace_selector = selector(&[("env", "new")]);
     assert_eq!(
-        matches(&c, &r, &cluster, &t),
+        run_in(&c, &r, &cluster, &t),
         Err(MatchError::MissingNamespaceObject)
     );
 }
@@ -808,12 +817,12 @@ fn exact_vs_equivalent_with_a_two_version_crd() {
     let v1_rule = rule(&["example.com"], &["v1"], &["widgets"]);
     // Exact: only v2 would do.
     assert_eq!(
-        matches(&exact(constraints(vec![v1_rule.clone()])), &r, &cluster, &t),
+        run_in(&exact(constraints(vec![v1_rule.clone()])), &r, &cluster, &t),
         Ok(None)
     );
     // Equivalent: matched as v1, to be converted.
     assert_eq!(
-        matches(&constraints(vec![v1_rule.clone()]), &r, &cluster, &t),
+        run_in(&constraints(vec![v1_rule.clone()]), &r, &cluster, &t),
         Ok(as_(
             gvk("example.com", "v1", "Widget"),
             gvr("example.com", "v1", "widgets")
@@ -822,7 +831,7 @@ fn exact_vs_equivalent_with_a_two_version_crd() {
     // A rule for the requested version matches exactly either way.
     let v2_rule = rule(&["example.com"], &["v2"], &["widgets"]);
     assert_eq!(
-        matches(&exact(constraints(vec![v2_rule])), &r, &cluster, &t),
+        run_in(&exact(constraints(vec![v2_rule])), &r, &cluster, &t),
         Ok(exact_match(&r))
     );
     // Subresources convert too (status exists in both versions).
@@ -832,7 +841,7 @@ fn exact_vs_equivalent_with_a_two_version_crd() {
         "status",
     );
     assert_eq!(
-        matches(
+        run_in(
             &constraints(vec![rule(&["example.com"], &["v1"], &["widgets/status"])]),
             &s,
             &cluster,
@@ -845,7 +854,7 @@ fn exact_vs_equivalent_with_a_two_version_crd() {
     );
     // The table need not know the CRD: it is looked up in the cluster.
     assert_eq!(
-        matches(
+        run_in(
             &constraints(vec![v1_rule.clone()]),
             &r,
             &cluster,
@@ -861,7 +870,7 @@ fn exact_vs_equivalent_with_a_two_version_crd() {
         constraints(vec![rule(&["*"], &["*"], &["*"])]),
         vec![v1_rule],
     );
-    assert_eq!(matches(&c, &r, &cluster, &t), Ok(None));
+    assert_eq!(run_in(&c, &r, &cluster, &t), Ok(None));
 }
 
 #[test]
@@ -877,7 +886,7 @@ fn builtin_equivalents() {
         "",
     );
     assert_eq!(
-        matches(
+        run_in(
             &constraints(vec![rule(
                 &["autoscaling"],
                 &["v1"],
@@ -895,7 +904,7 @@ fn builtin_equivalents() {
     // core events request, rule for events.k8s.io.
     let r = attrs(gvk("", "v1", "Event"), gvr("", "v1", "events"), "");
     assert_eq!(
-        matches(
+        run_in(
             &constraints(vec![rule(&["events.k8s.io"], &["*"], &["events"])]),
             &r,
             &cluster,
@@ -909,7 +918,7 @@ fn builtin_equivalents() {
     // Not equivalent: pods in another group.
     let r = attrs(gvk("", "v1", "Pod"), gvr("", "v1", "pods"), "");
     assert_eq!(
-        matches(
+        run_in(
             &constraints(vec![rule(&["apps"], &["*"], &["pods"])]),
             &r,
             &cluster,
@@ -925,14 +934,14 @@ fn binding_without_rules_matches_everything_selected() {
     let cluster = ClusterObjects::new(vec![ns_obj("ns", json!({"team": "a"}))]);
     let r = deployment();
     assert_eq!(
-        matches(&MatchResources::default(), &r, &cluster, &t),
+        run_in(&MatchResources::default(), &r, &cluster, &t),
         Ok(exact_match(&r))
     );
     let c = MatchResources {
         namespace_selector: selector(&[("team", "b")]),
         ..Default::default()
     };
-    assert_eq!(matches(&c, &r, &cluster, &t), Ok(None));
+    assert_eq!(run_in(&c, &r, &cluster, &t), Ok(None));
 }
 
 #[test]
