@@ -8,6 +8,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 
 use super::model::{FastHash, ListView, Relationship, Resolved, Scalar, SchemaData, TypeSpec};
 use crate::gofmt;
@@ -203,11 +204,15 @@ fn hash_value<H: Hasher>(v: &Value, h: &mut H) {
 /// from the schema's defaults): copied into a [`PathElement`] only for a
 /// message, compared directly to match items.
 pub(crate) enum ItemKey<'a> {
-    /// Key fields, sorted by name (a default is copied from the schema).
-    Key(Vec<(&'a str, Cow<'a, Value>)>),
+    /// Key fields, sorted by name (a default is copied from the schema);
+    /// kept inline up to two, as every built-in list's key is.
+    Key(KeyFields<'a>),
     /// The item itself (a set item).
     Value(&'a Value),
 }
+
+/// The fields of an [`ItemKey::Key`].
+pub(crate) type KeyFields<'a> = SmallVec<[(&'a str, Cow<'a, Value>); 2]>;
 
 /// SMD `listItemToPathElement`, borrowing: the key of an associative-list item.
 pub(crate) fn item_key<'a>(
@@ -235,7 +240,7 @@ pub(crate) fn item_key<'a>(
         Value::Object(m) => m,
         _ => return Err("associative list with keys may not have non-map elements".into()),
     };
-    let mut fields = Vec::with_capacity(list.def.keys.len());
+    let mut fields = KeyFields::new();
     for key in &list.def.keys {
         if let Some(v) = m.get(key) {
             fields.push((key.as_str(), Cow::Borrowed(v)));
@@ -550,7 +555,7 @@ mod tests {
     }
 
     /// Whether `a` and `b` are equal; equal keys must hash equally.
-    fn equal(a: &ItemKey, b: &ItemKey) -> bool {
+    fn equal<'a>(a: &ItemKey<'a>, b: &ItemKey<'a>) -> bool {
         let hash = |k: &ItemKey| foldhash::fast::FixedState::with_seed(7).hash_one(k);
         let eq = a == b;
         if eq {
