@@ -62,6 +62,72 @@ enum Node {
     },
 }
 
+/// Where a diff's operations go: each gets the pointer and (for an add or
+/// a replace) the new value only borrowed, so that a sink writing text
+/// need not copy the value.
+trait OpSink {
+    fn add(&mut self, path: &PointerBuf, value: &Value);
+    fn remove(&mut self, path: &PointerBuf);
+    fn replace(&mut self, path: &PointerBuf, value: &Value);
+}
+
+impl OpSink for Vec<PatchOperation> {
+    fn add(&mut self, path: &PointerBuf, value: &Value) {
+        self.push(PatchOperation::Add(AddOperation {
+            path: path.clone(),
+            value: value.clone(),
+        }));
+    }
+
+    fn remove(&mut self, path: &PointerBuf) {
+        self.push(PatchOperation::Remove(RemoveOperation {
+            path: path.clone(),
+        }));
+    }
+
+    fn replace(&mut self, path: &PointerBuf, value: &Value) {
+        self.push(PatchOperation::Replace(ReplaceOperation {
+            path: path.clone(),
+            value: value.clone(),
+        }));
+    }
+}
+
+/// The patch as JSON text, byte for byte what serde_json writes for the
+/// [`Patch`] (`{"op":..,"path":..,"value":..}` in that order).
+struct PatchText(Vec<u8>);
+
+impl PatchText {
+    fn op(&mut self, op: &str, path: &PointerBuf, value: Option<&Value>) {
+        self.0.push(if self.0.is_empty() { b'[' } else { b',' });
+        self.0.extend_from_slice(b"{\"op\":\"");
+        self.0.extend_from_slice(op.as_bytes());
+        self.0.extend_from_slice(b"\",\"path\":");
+        // Writing to a Vec cannot fail; strings and JSON values always
+        // serialize.
+        let _ = serde_json::to_writer(&mut self.0, path.as_str());
+        if let Some(value) = value {
+            self.0.extend_from_slice(b",\"value\":");
+            let _ = serde_json::to_writer(&mut self.0, value);
+        }
+        self.0.push(b'}');
+    }
+}
+
+impl OpSink for PatchText {
+    fn add(&mut self, path: &PointerBuf, value: &Value) {
+        self.op("add", path, Some(value));
+    }
+
+    fn remove(&mut self, path: &PointerBuf) {
+        self.op("remove", path, None);
+    }
+
+    fn replace(&mut self, path: &PointerBuf, value: &Value) {
+        self.op("replace", path, Some(value));
+    }
+}
+
 impl Snapshot {
     /// The snapshot of `value`.
     pub fn of(value: &Value) -> Snapshot {
@@ -158,6 +224,18 @@ impl Snapshot {
         Patch(patch)
     }
 
+    /// [`Snapshot::diff`] as the JSON text serde_json makes of it, written
+    /// without copying the new values first; `None` for no operation.
+    pub fn diff_json(&self, right: &Value) -> Option<Vec<u8>> {
+        if self.equal(0, right) {
+            return None;
+        }
+        let mut text = PatchText(Vec::with_capacity(1024));
+        self.diff_value(0, right, &mut PointerBuf::new(), &mut text);
+        text.0.push(b']');
+        Some(text.0)
+    }
+
     /// The operations for node `left` and `right`, which differ. Equal
     /// subtrees give no operation: callers skip them after one comparison.
     fn diff_value(
@@ -165,7 +243,7 @@ impl Snapshot {
         left: usize,
         right: &Value,
         pointer: &mut PointerBuf,
-        patch: &mut Vec<PatchOperation>,
+        patch: &mut impl OpSink,
     ) {
         match (&self.nodes[left], right) {
             (&Node::Object { start, len }, Value::Object(r)) => {
@@ -174,10 +252,7 @@ impl Snapshot {
             (&Node::Array { start, len }, Value::Array(r)) => {
                 self.diff_array(start, len, r, pointer, patch)
             }
-            _ => patch.push(PatchOperation::Replace(ReplaceOperation {
-                path: pointer.clone(),
-                value: right.clone(),
-            })),
+            _ => patch.replace(pointer, right),
         }
     }
 
@@ -190,7 +265,7 @@ impl Snapshot {
         len: usize,
         right: &[Value],
         pointer: &mut PointerBuf,
-        patch: &mut Vec<PatchOperation>,
+        patch: &mut impl OpSink,
     ) {
         let left = &self.items[start..start + len];
         let mut removed = 0usize;
@@ -205,18 +280,13 @@ impl Snapshot {
                 }
                 (Some(_), None) => {
                     pointer.push_back(index - removed);
-                    patch.push(PatchOperation::Remove(RemoveOperation {
-                        path: pointer.clone(),
-                    }));
+                    patch.remove(pointer);
                     pointer.pop_back();
                     removed += 1;
                 }
                 (None, Some(r)) => {
                     pointer.push_back(index);
-                    patch.push(PatchOperation::Add(AddOperation {
-                        path: pointer.clone(),
-                        value: r.clone(),
-                    }));
+                    patch.add(pointer, r);
                     pointer.pop_back();
                 }
                 (None, None) => {}
@@ -232,7 +302,7 @@ impl Snapshot {
         len: usize,
         right: &Map<String, Value>,
         pointer: &mut PointerBuf,
-        patch: &mut Vec<PatchOperation>,
+        patch: &mut impl OpSink,
     ) {
         // Objects keep their keys sorted, so most keys pair up in step; the
         // others are looked up.
@@ -254,10 +324,7 @@ impl Snapshot {
                 }
                 None => {
                     pointer.push_back(key);
-                    patch.push(PatchOperation::Add(AddOperation {
-                        path: pointer.clone(),
-                        value: r.clone(),
-                    }));
+                    patch.add(pointer, r);
                     pointer.pop_back();
                 }
             }
@@ -268,9 +335,7 @@ impl Snapshot {
         for (key, _) in self.members(start, len) {
             if !right.contains_key(key) {
                 pointer.push_back(key);
-                patch.push(PatchOperation::Remove(RemoveOperation {
-                    path: pointer.clone(),
-                }));
+                patch.remove(pointer);
                 pointer.pop_back();
             }
         }
@@ -326,6 +391,14 @@ mod tests {
     fn same_as_json_patch(left: Value, right: Value) {
         let ours = diff(&left, &right);
         assert_eq!(ours, json_patch::diff(&left, &right), "{left} -> {right}");
+        // The text written directly is serde_json's text of the operations.
+        let text = Snapshot::of(&left).diff_json(&right);
+        let expected = (!ours.0.is_empty()).then(|| serde_json::to_vec(&ours).unwrap());
+        assert_eq!(
+            text.as_deref().map(String::from_utf8_lossy),
+            expected.as_deref().map(String::from_utf8_lossy),
+            "{left} -> {right}"
+        );
         let mut patched = left.clone();
         json_patch::patch(&mut patched, &ours).expect("applies");
         assert_eq!(patched, right);

@@ -162,15 +162,9 @@ impl Answer {
 
     /// [`Answer::admit`] from a snapshot of the original object.
     pub fn admit_from(original: &Snapshot, object: &Json, warnings: Vec<String>) -> Answer {
-        let patch = original.diff(object);
-        let patch = if patch.0.is_empty() {
-            None
-        } else {
-            Some(serde_json::to_vec(&patch).unwrap_or_default())
-        };
         Answer {
             allowed: true,
-            patch,
+            patch: original.diff_json(object),
             warnings,
             status: None,
         }
