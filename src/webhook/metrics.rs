@@ -15,6 +15,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upstream's `check_duration_seconds` buckets.
@@ -121,6 +124,34 @@ struct ReloadLabels {
     result: &'static str,
 }
 
+/// The two metrics of one check series, found once and then kept per
+/// thread: each request observes a check per mutation, and finding the
+/// series in its families means two label strings and two lookups.
+struct CheckSeries {
+    policy: Box<str>,
+    binding: Box<str>,
+    total: Counter,
+    duration: Histogram,
+}
+
+/// Series kept before the cache is emptied (policies come and go with
+/// reloads, so its keys are not bounded by the policies loaded now).
+const CHECK_SERIES_KEPT: usize = 4096;
+
+/// The series a thread has used, by metrics instance, the addresses of the
+/// policy and binding names as the engine holds them, and error type. A
+/// hit is checked against the names: an address reused for another name
+/// after a reload finds the entry replaced.
+type CheckSeriesCache =
+    HashMap<(u64, usize, usize, ErrorType), CheckSeries, foldhash::fast::RandomState>;
+
+thread_local! {
+    static CHECK_SERIES: RefCell<CheckSeriesCache> = RefCell::default();
+}
+
+/// Numbers [`Metrics`] instances, so that no two share cached series.
+static NEXT_METRICS_ID: AtomicU64 = AtomicU64::new(0);
+
 fn check_histogram() -> Histogram {
     Histogram::new(CHECK_BUCKETS)
 }
@@ -132,6 +163,7 @@ fn request_histogram() -> Histogram {
 /// Every metric of the webhook, and the registry that encodes them. (Help
 /// texts are given without their final period: the encoder adds it.)
 pub struct Metrics {
+    id: u64,
     registry: Registry,
     check_total: Family<CheckLabels, Counter>,
     check_duration: Family<CheckLabels, Histogram, fn() -> Histogram>,
@@ -239,6 +271,7 @@ impl Metrics {
             })
             .set(1);
         Metrics {
+            id: NEXT_METRICS_ID.fetch_add(1, Ordering::Relaxed),
             registry,
             check_total,
             check_duration,
@@ -255,15 +288,41 @@ impl Metrics {
 
     /// One mutation evaluation (upstream `ObserveAdmission`/`ObserveRejection`).
     pub fn observe_check(&self, policy: &str, binding: &str, elapsed: Duration, error: ErrorType) {
+        let key = (
+            self.id,
+            policy.as_ptr() as usize,
+            binding.as_ptr() as usize,
+            error,
+        );
+        CHECK_SERIES.with_borrow_mut(|cache| {
+            let hit = cache
+                .get(&key)
+                .is_some_and(|s| *s.policy == *policy && *s.binding == *binding);
+            if !hit {
+                if cache.len() >= CHECK_SERIES_KEPT {
+                    cache.clear();
+                }
+                cache.insert(key, self.check_series(policy, binding, error));
+            }
+            if let Some(series) = cache.get(&key) {
+                series.total.inc();
+                series.duration.observe(elapsed.as_secs_f64());
+            }
+        });
+    }
+
+    fn check_series(&self, policy: &str, binding: &str, error: ErrorType) -> CheckSeries {
         let labels = CheckLabels {
             policy: policy.to_string(),
             policy_binding: binding.to_string(),
             error_type: error.as_str(),
         };
-        self.check_total.get_or_create(&labels).inc();
-        self.check_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        CheckSeries {
+            policy: policy.into(),
+            binding: binding.into(),
+            total: self.check_total.get_or_create(&labels).clone(),
+            duration: self.check_duration.get_or_create(&labels).clone(),
+        }
     }
 
     /// One answered request.
@@ -327,6 +386,45 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_series_are_found_by_name() {
+        let (a, b) = (Metrics::new(), Metrics::new());
+        let observe = |m: &Metrics, policy: String, binding: &str| {
+            m.observe_check(
+                &policy,
+                binding,
+                Duration::from_micros(3),
+                ErrorType::NoError,
+            );
+        };
+        // The same names in other strings, and other names, possibly at
+        // the addresses of strings dropped before.
+        for _ in 0..3 {
+            observe(&a, "p".to_string(), "b");
+        }
+        observe(&a, "q".to_string(), "b");
+        observe(&a, "p".to_string(), "c");
+        observe(&b, "p".to_string(), "b");
+        let count = |m: &Metrics, policy: &str, binding: &str| {
+            let series = format!(
+                "apiserver_mutating_admission_policy_check_total{{policy=\"{policy}\",policy_binding=\"{binding}\",error_type=\"no_error\"}} "
+            );
+            m.encode()
+                .lines()
+                .find_map(|l| l.strip_prefix(&series).map(str::to_string))
+        };
+        assert_eq!(count(&a, "p", "b").as_deref(), Some("3"));
+        assert_eq!(count(&a, "q", "b").as_deref(), Some("1"));
+        assert_eq!(count(&a, "p", "c").as_deref(), Some("1"));
+        assert_eq!(count(&b, "p", "b").as_deref(), Some("1"));
+        assert_eq!(count(&b, "q", "b"), None);
+        let text = a.encode();
+        assert!(
+            text.contains("apiserver_mutating_admission_policy_check_duration_seconds_count{policy=\"p\",policy_binding=\"b\",error_type=\"no_error\"} 3"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn upstream_names_labels_and_buckets() {
