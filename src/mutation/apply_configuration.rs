@@ -286,7 +286,8 @@ fn find_atomics<'v>(
     out: &mut Vec<String>,
     depth: usize,
 ) {
-    if depth > MAX_DEPTH {
+    // Only maps and lists can be atomic or hold what is: leaves need no type.
+    if depth > MAX_DEPTH || !matches!(v, Value::Object(_) | Value::Array(_)) {
         return;
     }
     let Some(atom) = schema.resolve(spec) else {

@@ -10,7 +10,9 @@ use std::hash::{Hash, Hasher};
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use super::model::{FastHash, ListView, Relationship, Resolved, Scalar, SchemaData, TypeSpec};
+use super::model::{
+    Atom, FastHash, ListView, Relationship, Resolved, Scalar, SchemaData, TypeSpec,
+};
 use crate::gofmt;
 
 /// Values nested deeper than this are rejected rather than walked.
@@ -441,6 +443,21 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// [`Validator::validate`] of a field or item. An inline scalar type,
+    /// the type of most leaves, is checked here: resolving and deducing it
+    /// would only find the scalar again.
+    #[inline(always)]
+    fn validate_child(&self, spec: &TypeSpec, v: &Value, depth: usize) -> Vec<ValidationError> {
+        match spec {
+            TypeSpec::Inline(Atom {
+                scalar: Some(t),
+                list: None,
+                map: None,
+            }) if depth <= MAX_DEPTH => validate_scalar(*t, Some(v), "").into_iter().collect(),
+            _ => self.validate(spec, v, depth),
+        }
+    }
+
     fn validate(&self, spec: &TypeSpec, v: &Value, depth: usize) -> Vec<ValidationError> {
         if depth > MAX_DEPTH {
             return vec![too_deep()];
@@ -479,7 +496,7 @@ impl Validator<'_> {
                     },
                 };
                 // Paths are only rendered for errors: this walk is on the hot path.
-                let child = self.validate(ty, val, depth + 1);
+                let child = self.validate_child(ty, val, depth + 1);
                 extend_under_field(&mut errs, child, key);
             }
             return errs;
@@ -529,7 +546,7 @@ impl Validator<'_> {
                 if duplicate {
                     errs.push(error(format!("duplicate entries for key {}", render(&key))));
                 }
-                let errors = self.validate(&list.def.element, child, depth + 1);
+                let errors = self.validate_child(&list.def.element, child, depth + 1);
                 if !errors.is_empty() {
                     errs.extend(with_prefix(errors, &render(&key)));
                 }
