@@ -1031,7 +1031,6 @@ impl<'x> InvocationInputs<'x> {
     }
 }
 
-/// Whether the request already names the matched kind and resource.
 /// Whether `api_version` is `group/version` (`version` for the core group).
 fn is_api_version(api_version: &str, group: &str, version: &str) -> bool {
     if group.is_empty() {
@@ -1043,6 +1042,7 @@ fn is_api_version(api_version: &str, group: &str, version: &str) -> bool {
         .is_some_and(|rest| rest == version)
 }
 
+/// Whether the request already names the matched kind and resource.
 fn request_matches(request: &AdmissionRequest, matched: &matching::MatchedAs) -> bool {
     *matched == matching::MatchedAs::Exact
         || (request.kind == *matched.gvk(request) && request.resource == *matched.gvr(request))
