@@ -659,10 +659,9 @@ impl PolicySet {
             .is_some_and(|v| is_api_version(v, &matched_gvk.group, &matched_gvk.version));
         let converted = !in_matched_version;
         // Kept only when converted, to be put back.
-        let original_api_version = converted
-            .then(|| versioned.get("apiVersion").cloned())
-            .flatten();
+        let mut original_api_version = None;
         if converted {
+            original_api_version = versioned.get("apiVersion").cloned();
             let matched_api_version = if matched_gvk.group.is_empty() {
                 matched_gvk.version.clone()
             } else {

@@ -295,19 +295,17 @@ impl Metrics {
             error,
         );
         CHECK_SERIES.with_borrow_mut(|cache| {
-            let hit = cache
-                .get(&key)
-                .is_some_and(|s| *s.policy == *policy && *s.binding == *binding);
-            if !hit {
-                if cache.len() >= CHECK_SERIES_KEPT {
-                    cache.clear();
-                }
-                cache.insert(key, self.check_series(policy, binding, error));
+            if cache.len() >= CHECK_SERIES_KEPT && !cache.contains_key(&key) {
+                cache.clear();
             }
-            if let Some(series) = cache.get(&key) {
-                series.total.inc();
-                series.duration.observe(elapsed.as_secs_f64());
+            let series = cache
+                .entry(key)
+                .or_insert_with(|| self.check_series(policy, binding, error));
+            if *series.policy != *policy || *series.binding != *binding {
+                *series = self.check_series(policy, binding, error);
             }
+            series.total.inc();
+            series.duration.observe(elapsed.as_secs_f64());
         });
     }
 
