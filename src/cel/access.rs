@@ -292,7 +292,7 @@ fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
     // into the iteration variable (kmutate's allocation guard): with fewer
     // values converted, fewer are copied.
     let e = match &e.expr {
-        Expr::Call(call) if call.func_name == super::cost::ALLOC_FN && call.args.len() == 2 => {
+        Expr::Call(call) if call.func_name == super::cost::RANGE_FN && call.args.len() == 2 => {
             &call.args[1]
         }
         _ => e,

@@ -76,6 +76,9 @@ const REGEX_STRING_LENGTH: f64 = 0.25;
 const CHARGE_FN: &str = "@kcost";
 /// `(n, x)`: charges `n` and the values of `x` to the allocation guard.
 pub(crate) const ALLOC_FN: &str = "@kcost_alloc";
+/// `(n, x)`: charges `n` and the values a comprehension copies out of its
+/// range `x` into the iteration variable.
+pub(crate) const RANGE_FN: &str = "@kcost_range";
 /// `(n, x)`: charges `n` and the size of `x` (a copied accumulator).
 const GROWTH_FN: &str = "@kcost_growth";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
@@ -259,6 +262,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     let int_dyn = || vec![types::INT_TYPE, types::DYN_TYPE];
     env.add_overload(CHARGE_FN, "kcost", int_dyn(), charge_fn)?;
     env.add_overload(ALLOC_FN, "kcost_alloc", int_dyn(), alloc_fn)?;
+    env.add_overload(RANGE_FN, "kcost_range", int_dyn(), range_fn)?;
     env.add_overload(GROWTH_FN, "kcost_growth", int_dyn(), growth_fn)?;
     env.add_overload(SIZE_FN, "kcost_size", int_dyn(), size_fn)?;
     env.add_overload(DYN_FN, "kcost_call", int_dyn(), dyn_fn)?;
@@ -281,6 +285,16 @@ fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     let x = args.pop().expect("two arguments");
     charge(int_arg(&args[0]))?;
     allocate(deep_size(x.as_ref(), allocation_left().saturating_add(1)))?;
+    Ok(x)
+}
+
+fn range_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let x = args.pop().expect("two arguments");
+    charge(int_arg(&args[0]))?;
+    allocate(range_copies(
+        x.as_ref(),
+        allocation_left().saturating_add(1),
+    ))?;
     Ok(x)
 }
 
@@ -378,15 +392,44 @@ fn scaled(n: u64, factor: f64) -> u64 {
     (n as f64 * factor).ceil() as u64
 }
 
+/// The values a comprehension copies iterating over `range`, counted up to
+/// `cap`: each element of a list once, as cloning it copies ([`Held`]); a
+/// map is counted whole.
+fn range_copies(range: &dyn Val, cap: u64) -> u64 {
+    if range.downcast_ref::<CelList>().is_some() {
+        count_values(range, cap, Held::Cloned)
+    } else {
+        count_values(range, cap, Held::Whole)
+    }
+}
+
+/// What [`count_values`] counts of a view of JSON ([`SelectedFields`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    /// The values it stands for.
+    Whole,
+    /// One: cloning a view copies two references, not the values.
+    Cloned,
+}
+
 /// The values `v` holds, counted up to `cap`: 1 for a scalar, 1 + one per
 /// 32 bytes for a string or bytes, 1 + the values of the elements, keys and
 /// fields of a list, map or object.
 fn deep_size(v: &dyn Val, cap: u64) -> u64 {
-    fn walk(v: &dyn Val, total: &mut u64, cap: u64) {
+    count_values(v, cap, Held::Whole)
+}
+
+/// [`deep_size`], with views counted as `views` says.
+fn count_values(v: &dyn Val, cap: u64, views: Held) -> u64 {
+    fn walk(v: &dyn Val, total: &mut u64, cap: u64, views: Held) {
         if *total > cap {
             return;
         }
         if let Some(fields) = as_selected_fields(v) {
+            if views == Held::Cloned {
+                *total += 1;
+                return;
+            }
             return walk_selected(fields, total, cap);
         }
         *total += 1;
@@ -396,16 +439,16 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
             *total += b.inner().len() as u64 / 32;
         } else if let Some(l) = v.downcast_ref::<CelList>() {
             for e in l.inner() {
-                walk(e.as_ref(), total, cap);
+                walk(e.as_ref(), total, cap, views);
             }
         } else if let Some(m) = v.downcast_ref::<CelMap>() {
             for (k, e) in m.inner() {
-                walk(k.inner(), total, cap);
-                walk(e.as_ref(), total, cap);
+                walk(k.inner(), total, cap, views);
+                walk(e.as_ref(), total, cap, views);
             }
         } else if let Some(st) = v.downcast_ref::<CelStruct>() {
             for e in st.field_values().values() {
-                walk(e.as_ref(), total, cap);
+                walk(e.as_ref(), total, cap, views);
             }
         }
     }
@@ -467,7 +510,7 @@ fn deep_size(v: &dyn Val, cap: u64) -> u64 {
         }
     }
     let mut total = 0;
-    walk(v, &mut total, cap);
+    walk(v, &mut total, cap, views);
     total
 }
 
@@ -960,7 +1003,7 @@ impl Instrumenter<'_> {
         };
         // Every element of the range is copied into the iteration variable.
         let mut cost = self.visit(&mut c.iter_range, true);
-        self.wrap(&mut c.iter_range, ALLOC_FN, 0);
+        self.wrap(&mut c.iter_range, RANGE_FN, 0);
         cost += self.visit(&mut c.accu_init, false);
 
         let scope = self.bound.len();
@@ -1525,6 +1568,45 @@ mod tests {
             let (r, _) = expr.evaluate_with_cost(&ctx);
             assert!(r.is_ok(), "{r:?}");
         }
+    }
+
+    #[test]
+    fn a_range_is_charged_for_what_iterating_it_copies() {
+        use crate::cel::convert::json_to_val_for;
+        use serde_json::json;
+        let long = "x".repeat(70);
+        let container =
+            json!({"name": long, "env": [{"name": "E", "value": long}], "ports": [1, 2]});
+        let doc = json!({"containers": [container.clone(), container.clone(), container]});
+        let element = Access::fields(&[("name", Access::Full), ("env", Access::Full)]);
+        let list_of_views = json_to_val_for(
+            &doc["containers"],
+            Box::leak(Box::new(Access::Elements(Box::new(element)))),
+        );
+        // Each element is a view: iterating copies a reference per element,
+        // not the 3 x 11 values the views stand for.
+        assert_eq!(deep_size(list_of_views.as_ref(), u64::MAX - 1), 43);
+        assert_eq!(range_copies(list_of_views.as_ref(), u64::MAX - 1), 4);
+        // Lists, maps and objects are cloned whole, views inside them not.
+        let env = CelEnvironment::shared();
+        let ctx = env.context();
+        for (src, whole, copied) in [
+            ("[[{'k': 'v'}, {'a': 'bc'}], [{'k': 'v'}]]", 12, 12),
+            ("[Object{spec: Object.spec{replicas: 1}}]", 4, 4),
+        ] {
+            let expr = env.compile(src).expect("compiles");
+            let v = expr.evaluate(&ctx).expect("evaluates");
+            assert_eq!(deep_size(v.as_ref(), u64::MAX - 1), whole, "{src}");
+            assert_eq!(range_copies(v.as_ref(), u64::MAX - 1), copied, "{src}");
+        }
+        // A map, and a view of a map, are counted whole.
+        let map_view = json_to_val_for(&doc, Box::leak(Box::new(Access::Full)));
+        assert_eq!(
+            range_copies(map_view.as_ref(), u64::MAX - 1),
+            deep_size(map_view.as_ref(), u64::MAX - 1)
+        );
+        // The count stops past the cap.
+        assert!(range_copies(list_of_views.as_ref(), 1) <= 3);
     }
 
     #[test]
