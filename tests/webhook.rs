@@ -167,15 +167,20 @@ fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
     Some(serde_json::from_slice(&bytes).unwrap())
 }
 
+/// The Deployment of `examples/deployment.yaml`.
+fn example_deployment() -> Value {
+    let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
+    kmutate::api::load::parse_documents(&text)
+        .unwrap()
+        .remove(0)
+}
+
 #[test]
 fn deployment_create_gets_the_expected_patch() {
     let dir = scratch("deployment");
     run(Duration::from_secs(60), async {
         let server = started_on_fixture(&dir).await;
-        let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
-        let deployment = kmutate::api::load::parse_documents(&text)
-            .unwrap()
-            .remove(0);
+        let deployment = example_deployment();
         let mut conn = connect(&server).await;
         let mut expected = deployment.clone();
         expected["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "kmutate"});
@@ -485,10 +490,7 @@ fn bad_bodies_are_refused_and_the_server_keeps_serving() {
         assert_eq!(r.status, 413);
 
         // Still serving, on the first connection and on new ones.
-        let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
-        let deployment = kmutate::api::load::parse_documents(&text)
-            .unwrap()
-            .remove(0);
+        let deployment = example_deployment();
         let ok = review(
             "admission.k8s.io/v1",
             request_for("ok", "apps", "v1", "Deployment", "deployments", &deployment),
@@ -876,10 +878,7 @@ fn the_serve_binary_drains_and_exits_on_sigterm() {
             let config = tls::client_config(&dir.join("tls/ca.crt"), None, &[]).unwrap();
             let client = Client::new(addr, "localhost", config, false).unwrap();
             let mut conn = client.connect().await.unwrap();
-            let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
-            let deployment = kmutate::api::load::parse_documents(&text)
-                .unwrap()
-                .remove(0);
+            let deployment = example_deployment();
             let r = conn
                 .post(
                     "/mutate",
@@ -924,4 +923,71 @@ fn the_serve_binary_drains_and_exits_on_sigterm() {
         let _ = child.wait();
     }
     result.unwrap();
+}
+
+#[test]
+fn the_load_generator_drives_the_server_over_http1_and_http2() {
+    use kmutate::webhook::loadtest::{self, LoadtestConfig};
+    let dir = scratch("loadtest");
+    run(Duration::from_secs(60), async {
+        let server = started_on_fixture(&dir).await;
+        let deployment = example_deployment();
+        let body = review(
+            "admission.k8s.io/v1",
+            request_for(
+                "d-1",
+                "apps",
+                "v1",
+                "Deployment",
+                "deployments",
+                &deployment,
+            ),
+        );
+        let config = LoadtestConfig {
+            addr: server.addr(),
+            server_name: "localhost".into(),
+            path: "/mutate".into(),
+            ca: server.ca_bundle().expect("self-signed CA").to_path_buf(),
+            identity: None,
+            body: bytes::Bytes::from(body),
+            connections: 2,
+            rate: None,
+            duration: Duration::from_millis(300),
+            warmup: Duration::from_millis(50),
+            http2: false,
+        };
+        let mut measured = 0;
+        for http2 in [false, true] {
+            let report = loadtest::run(&LoadtestConfig {
+                http2,
+                ..config.clone()
+            })
+            .await
+            .unwrap();
+            assert!(report.ok > 0, "{report}");
+            assert_eq!((report.bad_status, report.errors), (0, 0), "{report}");
+            assert_eq!(report.latencies.len() as u64, report.ok);
+            measured += report.ok;
+        }
+        // Each run also sent its first request and its warm-up.
+        assert!(server.requests_received() > measured);
+        // A path the server does not serve fails at the first request.
+        let e = loadtest::run(&LoadtestConfig {
+            path: "/nope".into(),
+            ..config.clone()
+        })
+        .await
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("404"), "{e:#}");
+        // A fixed rate is never exceeded (100 requests are due in the
+        // measured half second; a slow test machine may send fewer).
+        let report = loadtest::run(&LoadtestConfig {
+            rate: Some(200.0),
+            duration: Duration::from_millis(500),
+            ..config
+        })
+        .await
+        .unwrap();
+        assert!((1..=101).contains(&report.ok), "{report}");
+    });
 }

@@ -2,8 +2,8 @@
 //! load generator and the end-to-end tests, and a plain-HTTP GET for the
 //! metrics listener.
 
-use anyhow::{anyhow, Context as _, Result};
-use bytes::Bytes;
+use anyhow::{anyhow, bail, Context as _, Result};
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -11,7 +11,9 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 /// Connects to one server.
@@ -99,21 +101,7 @@ impl Client {
 
     /// Opens a connection (TCP, TLS handshake, HTTP handshake).
     pub async fn connect(&self) -> Result<Connection> {
-        let tcp = TcpStream::connect(self.addr)
-            .await
-            .with_context(|| format!("connecting to {}", self.addr))?;
-        tcp.set_nodelay(true)?;
-        let tls = self
-            .connector
-            .connect(self.server_name.clone(), tcp)
-            .await
-            .context("TLS handshake")?;
-        let (_, session) = tls.get_ref();
-        let peer = session
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .map(|c| c.clone().into_owned());
-        let protocol = session.alpn_protocol().map(<[u8]>::to_vec);
+        let (tls, peer, protocol) = self.connect_tls().await?;
         let io = TokioIo::new(tls);
         let sender = if self.http2 {
             let (sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
@@ -138,6 +126,51 @@ impl Client {
             peer,
             protocol,
         })
+    }
+
+    /// Opens a connection for [`RawHttp1Connection`] (TCP, TLS handshake).
+    pub async fn connect_raw(&self) -> Result<RawHttp1Connection<TlsStream<TcpStream>>> {
+        let (tls, _, _) = self.connect_tls().await?;
+        Ok(RawHttp1Connection::new(tls))
+    }
+
+    /// The request line and headers of a POST of `body` to `path` on this
+    /// client's host, followed by the body: what [`RawHttp1Connection::send`]
+    /// writes.
+    pub fn http1_post(&self, path: &str, body: &[u8]) -> Bytes {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        Bytes::from(request)
+    }
+
+    async fn connect_tls(
+        &self,
+    ) -> Result<(
+        TlsStream<TcpStream>,
+        Option<CertificateDer<'static>>,
+        Option<Vec<u8>>,
+    )> {
+        let tcp = TcpStream::connect(self.addr)
+            .await
+            .with_context(|| format!("connecting to {}", self.addr))?;
+        tcp.set_nodelay(true)?;
+        let tls = self
+            .connector
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .context("TLS handshake")?;
+        let (_, session) = tls.get_ref();
+        let peer = session
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.clone().into_owned());
+        let protocol = session.alpn_protocol().map(<[u8]>::to_vec);
+        Ok((tls, peer, protocol))
     }
 }
 
@@ -196,6 +229,157 @@ impl Connection {
     }
 }
 
+/// The longest answer head [`RawHttp1Connection`] reads.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// A keep-alive HTTP/1.1 connection that writes requests serialized
+/// beforehand ([`Client::http1_post`]) and reads each answer whole: the load
+/// generator's. hyper's client hands every request to a connection task
+/// through a channel; here a request is one write and its answer a read or
+/// two, so the generator takes less of the CPU it shares with the server it
+/// measures. Answers must carry a `Content-Length` (as hyper's server sends
+/// for a whole body); one request is in flight at a time.
+pub struct RawHttp1Connection<S> {
+    stream: S,
+    /// Bytes read past the last answer.
+    buffer: BytesMut,
+    open: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> RawHttp1Connection<S> {
+    /// A connection over `stream` (TLS already set up, no request sent).
+    pub fn new(stream: S) -> RawHttp1Connection<S> {
+        RawHttp1Connection {
+            stream,
+            buffer: BytesMut::with_capacity(16 * 1024),
+            open: true,
+        }
+    }
+
+    /// Whether the connection can take another request (the server has not
+    /// answered `Connection: close` or closed it).
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Writes `request` (a whole HTTP/1.1 request) and reads its answer.
+    pub async fn send(&mut self, request: &[u8]) -> Result<Response> {
+        if !self.open {
+            bail!("connection closed");
+        }
+        let result = self.round_trip(request).await;
+        if result.is_err() {
+            self.open = false;
+        }
+        result
+    }
+
+    async fn round_trip(&mut self, request: &[u8]) -> Result<Response> {
+        self.stream
+            .write_all(request)
+            .await
+            .context("writing the request")?;
+        self.stream.flush().await.context("writing the request")?;
+        let head = loop {
+            if let Some(head) = AnswerHead::parse(&self.buffer)? {
+                break head;
+            }
+            if self.buffer.len() > MAX_HEAD {
+                bail!("answer head longer than {MAX_HEAD} bytes");
+            }
+            self.read_more().await?;
+        };
+        let end = head
+            .length
+            .checked_add(head.content_length)
+            .context("answer length overflows")?;
+        while self.buffer.len() < end {
+            self.read_more().await?;
+        }
+        let mut answer = self.buffer.split_to(end);
+        let body = answer.split_off(head.length).freeze();
+        if head.close {
+            self.open = false;
+        }
+        Ok(Response {
+            status: head.status,
+            content_type: head.content_type,
+            body,
+        })
+    }
+
+    async fn read_more(&mut self) -> Result<()> {
+        self.buffer.reserve(16 * 1024);
+        let n = self
+            .stream
+            .read_buf(&mut self.buffer)
+            .await
+            .context("reading the answer")?;
+        if n == 0 {
+            self.open = false;
+            bail!("the server closed the connection before answering");
+        }
+        Ok(())
+    }
+}
+
+/// What [`RawHttp1Connection`] needs of an answer's head.
+#[derive(Debug)]
+struct AnswerHead {
+    /// Bytes of the head, up to the body.
+    length: usize,
+    status: StatusCode,
+    content_length: usize,
+    content_type: String,
+    close: bool,
+}
+
+impl AnswerHead {
+    /// The head at the start of `bytes`; `None` while it is incomplete.
+    fn parse(bytes: &[u8]) -> Result<Option<AnswerHead>> {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut answer = httparse::Response::new(&mut headers);
+        let length = match answer.parse(bytes).context("malformed answer head")? {
+            httparse::Status::Complete(n) => n,
+            httparse::Status::Partial => return Ok(None),
+        };
+        let code = answer.code.context("answer without a status")?;
+        let status = StatusCode::from_u16(code).context("answer status")?;
+        let mut content_length = None;
+        let mut content_type = String::new();
+        let mut close = answer.version == Some(0);
+        for h in answer.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let text = std::str::from_utf8(h.value).unwrap_or("");
+                let n: usize = text
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("answer Content-Length {text:?}"))?;
+                content_length = Some(n);
+            } else if h.name.eq_ignore_ascii_case("content-type") {
+                content_type = String::from_utf8_lossy(h.value).into_owned();
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                close = h.value.eq_ignore_ascii_case(b"close");
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                bail!("answer with Transfer-Encoding: only answers with a Content-Length are read");
+            }
+        }
+        let content_length = match content_length {
+            Some(n) => n,
+            // No body.
+            None if code == 204 || code == 304 => 0,
+            None => bail!("answer without a Content-Length"),
+        };
+        Ok(Some(AnswerHead {
+            length,
+            status,
+            content_length,
+            content_type,
+            close,
+        }))
+    }
+}
+
 /// A plain-HTTP GET (the metrics listener).
 pub async fn get_plain(addr: SocketAddr, path: &str) -> Result<Response> {
     let tcp = TcpStream::connect(addr)
@@ -230,5 +414,142 @@ impl Response {
             content_type,
             body,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{duplex, DuplexStream};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A connection whose server has already written `answer`.
+    async fn answered_with(answer: &[u8]) -> (RawHttp1Connection<DuplexStream>, DuplexStream) {
+        let (client_end, mut server_end) = duplex(1024);
+        server_end.write_all(answer).await.unwrap();
+        (RawHttp1Connection::new(client_end), server_end)
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+
+    #[test]
+    fn the_serialized_post_is_one_whole_request() {
+        let client = Client::new(
+            "127.0.0.1:1".parse().unwrap(),
+            "localhost",
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            false,
+        )
+        .unwrap();
+        let bytes = client.http1_post("/mutate", b"{\"a\":1}");
+        let mut headers = [httparse::EMPTY_HEADER; 8];
+        let mut request = httparse::Request::new(&mut headers);
+        let httparse::Status::Complete(n) = request.parse(&bytes).unwrap() else {
+            panic!("incomplete request");
+        };
+        assert_eq!(request.method, Some("POST"));
+        assert_eq!(request.path, Some("/mutate"));
+        assert_eq!(request.version, Some(1));
+        let header = |name: &str| {
+            request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| std::str::from_utf8(h.value).unwrap().to_string())
+        };
+        assert_eq!(header("host").as_deref(), Some("localhost"));
+        assert_eq!(header("content-type").as_deref(), Some("application/json"));
+        assert_eq!(header("content-length").as_deref(), Some("7"));
+        assert_eq!(&bytes[n..], b"{\"a\":1}");
+    }
+
+    #[test]
+    fn answers_split_anywhere_are_read_whole_one_after_another() {
+        runtime().block_on(async {
+            let (client_end, mut server_end) = duplex(64);
+            let mut conn = RawHttp1Connection::new(client_end);
+            let server = tokio::spawn(async move {
+                let mut seen = Vec::new();
+                for _ in 0..2 {
+                    let mut request = [0u8; 3];
+                    server_end.read_exact(&mut request).await.unwrap();
+                    seen.push(request);
+                    // The answer a byte at a time.
+                    for b in OK {
+                        server_end.write_all(&[*b]).await.unwrap();
+                        server_end.flush().await.unwrap();
+                    }
+                }
+                seen
+            });
+            for request in [b"one", b"two"] {
+                let answer = conn.send(request).await.unwrap();
+                assert_eq!(answer.status, StatusCode::OK);
+                assert_eq!(answer.content_type, "application/json");
+                assert_eq!(&answer.body[..], b"{\"ok\":true}");
+                assert!(conn.is_open());
+            }
+            assert_eq!(server.await.unwrap(), [*b"one", *b"two"]);
+        });
+    }
+
+    #[test]
+    fn connection_close_and_closed_connections_end_the_connection() {
+        runtime().block_on(async {
+            let (mut conn, _server_end) = answered_with(
+                b"HTTP/1.1 413 Payload Too Large\r\nconnection: close\r\ncontent-length: 3\r\n\r\nbig",
+            )
+            .await;
+            let answer = conn.send(b"x").await.unwrap();
+            assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+            assert_eq!(&answer.body[..], b"big");
+            assert!(!conn.is_open());
+            assert!(conn.send(b"x").await.is_err());
+
+            let (client_end, server_end) = duplex(1024);
+            let mut conn = RawHttp1Connection::new(client_end);
+            drop(server_end);
+            let e = conn.send(b"x").await.unwrap_err();
+            assert!(!conn.is_open(), "{e:#}");
+        });
+    }
+
+    #[test]
+    fn answers_it_cannot_frame_are_errors() {
+        runtime().block_on(async {
+            for (answer, message) in [
+                (
+                    &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+                        [..],
+                    "Transfer-Encoding",
+                ),
+                (&b"HTTP/1.1 200 OK\r\n\r\n"[..], "without a Content-Length"),
+                (
+                    &b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"[..],
+                    "Content-Length \"x\"",
+                ),
+                (&b"SMTP ready\r\n\r\n"[..], "malformed answer head"),
+            ] {
+                let (mut conn, _server_end) = answered_with(answer).await;
+                let e = format!("{:#}", conn.send(b"x").await.unwrap_err());
+                assert!(e.contains(message), "{e}");
+                assert!(!conn.is_open());
+            }
+            // A 204 has no body and needs no length.
+            let (mut conn, _server_end) = answered_with(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+            let answer = conn.send(b"x").await.unwrap();
+            assert_eq!(answer.status, StatusCode::NO_CONTENT);
+            assert!(answer.body.is_empty() && conn.is_open());
+        });
     }
 }

@@ -8,13 +8,49 @@
 //! after it was due is counted as late, so a server (or generator) that
 //! cannot keep up shows there rather than hiding in the percentiles.
 
-use super::client::Client;
+use super::client::{Client, Connection, RawHttp1Connection, Response};
 use super::tls::{self, CertFiles};
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// A connection of the generator: HTTP/1.1 requests are serialized once and
+/// written whole ([`RawHttp1Connection`]); HTTP/2 goes through hyper.
+enum LoadConnection {
+    /// Boxed: the TLS state is a kilobyte.
+    Http1(Box<RawHttp1Connection<TlsStream<TcpStream>>>),
+    Http2(Connection),
+}
+
+impl LoadConnection {
+    async fn open(client: &Client, http2: bool) -> Result<LoadConnection> {
+        Ok(if http2 {
+            LoadConnection::Http2(client.connect().await?)
+        } else {
+            LoadConnection::Http1(Box::new(client.connect_raw().await?))
+        })
+    }
+
+    /// Sends the request: `http1` is its HTTP/1.1 text, `path` and `body`
+    /// its parts for HTTP/2.
+    async fn send(&mut self, http1: &Bytes, path: &str, body: &Bytes) -> Result<Response> {
+        match self {
+            LoadConnection::Http1(c) => c.send(http1).await,
+            LoadConnection::Http2(c) => c.post(path, body.clone()).await,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            LoadConnection::Http1(c) => c.is_open(),
+            LoadConnection::Http2(c) => c.is_open(),
+        }
+    }
+}
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -224,7 +260,8 @@ async fn connection_loop(
     end: Instant,
 ) -> Tally {
     let mut tally = Tally::default();
-    let mut conn = None;
+    let mut conn: Option<LoadConnection> = None;
+    let http1_request = client.http1_post(&config.path, &config.body);
     let interval = config
         .rate
         .map(|r| Duration::from_secs_f64(config.connections as f64 / r));
@@ -261,7 +298,7 @@ async fn connection_loop(
             tally.max_lateness = tally.max_lateness.max(lateness);
         }
         if conn.is_none() {
-            match client.connect().await {
+            match LoadConnection::open(&client, config.http2).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     if measured {
@@ -274,7 +311,7 @@ async fn connection_loop(
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        let result = c.post(&config.path, config.body.clone()).await;
+        let result = c.send(&http1_request, &config.path, &config.body).await;
         let latency = sent.elapsed();
         match result {
             Ok(r) if r.status.is_success() => {
