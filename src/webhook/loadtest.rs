@@ -7,6 +7,9 @@
 //! (spread over the connections in turn); a request sent more than 1 ms
 //! after it was due is counted as late, so a server (or generator) that
 //! cannot keep up shows there rather than hiding in the percentiles.
+//! Requests are sent when due to within the kernel's timer precision
+//! ([`DueTimer`]), not on tokio's millisecond ticks, which would release
+//! the requests due within each millisecond together, in a burst.
 
 use super::client::{Client, Connection, RawHttp1Connection, Response};
 use super::tls::{self, CertFiles};
@@ -270,6 +273,7 @@ async fn connection_loop(
         .map(|r| Duration::from_secs_f64(index as f64 / r))
         .unwrap_or_default();
     let mut n: u32 = 0;
+    let mut timer = DueTimer::new();
     loop {
         let due = match interval {
             Some(iv) => {
@@ -279,7 +283,7 @@ async fn connection_loop(
                     break;
                 }
                 if due > Instant::now() {
-                    tokio::time::sleep_until(due.into()).await;
+                    timer.sleep_until(due).await;
                 }
                 Some(due)
             }
@@ -343,4 +347,136 @@ async fn connection_loop(
         }
     }
     tally
+}
+
+/// Sleeps until an instant with the precision of the kernel's timers: a
+/// timerfd on Linux, tokio's millisecond timer elsewhere (or when no timerfd
+/// can be had).
+struct DueTimer {
+    #[cfg(target_os = "linux")]
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+}
+
+impl DueTimer {
+    fn new() -> DueTimer {
+        DueTimer {
+            #[cfg(target_os = "linux")]
+            fd: timerfd::create().ok(),
+        }
+    }
+
+    async fn sleep_until(&mut self, due: Instant) {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            if timerfd::sleep_until(fd, due).await.is_ok() {
+                return;
+            }
+            // A timerfd that fails once is given up for tokio's timer.
+            self.fd = None;
+        }
+        tokio::time::sleep_until(due.into()).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod timerfd {
+    use std::io;
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    use std::time::Instant;
+    use tokio::io::unix::AsyncFd;
+    use tokio::io::Interest;
+
+    /// A non-blocking monotonic timerfd registered with tokio.
+    pub(super) fn create() -> io::Result<AsyncFd<OwnedFd>> {
+        // SAFETY: a plain system call with constant arguments.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the `OwnedFd` keeps the timerfd open, and refers to it,
+        // for as long as the `AsyncFd` that owns it lives.
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(io::Error::from)
+    }
+
+    /// Arms `fd` to expire at `due` and waits for it.
+    pub(super) async fn sleep_until(fd: &AsyncFd<OwnedFd>, due: Instant) -> io::Result<()> {
+        let wait = due.saturating_duration_since(Instant::now());
+        if wait.is_zero() {
+            return Ok(());
+        }
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: wait.as_secs() as libc::time_t,
+                tv_nsec: wait.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `fd` is an open timerfd and `spec` a valid itimerspec; the
+        // old value is not asked for.
+        if unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        loop {
+            let mut ready = fd.readable().await?;
+            let read = ready.try_io(|fd| {
+                let mut expirations = [0u8; 8];
+                // SAFETY: reads at most 8 bytes into an 8-byte buffer.
+                let n = unsafe {
+                    libc::read(
+                        fd.as_raw_fd(),
+                        expirations.as_mut_ptr().cast(),
+                        expirations.len(),
+                    )
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            });
+            match read {
+                Ok(result) => return result,
+                // Woken without an expiration: wait again.
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_due_timer_never_wakes_early() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut timer = DueTimer::new();
+                #[cfg(target_os = "linux")]
+                assert!(timer.fd.is_some(), "a timerfd is available on Linux");
+                let start = Instant::now();
+                for i in 1..=20u32 {
+                    let due = start + Duration::from_micros(250) * i;
+                    timer.sleep_until(due).await;
+                    assert!(Instant::now() >= due, "woke before request {i} was due");
+                }
+                // An instant already past returns at once.
+                timer.sleep_until(start).await;
+                #[cfg(target_os = "linux")]
+                assert!(timer.fd.is_some(), "the timerfd was kept");
+            });
+    }
 }
