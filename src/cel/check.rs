@@ -88,7 +88,7 @@ pub(crate) fn check(
     info: &SourceInfo,
     patch_types: bool,
     variables: Option<&DeclaredVariables>,
-) -> Result<OutputType, CompileError> {
+) -> Result<Checked, CompileError> {
     let scope = variables.map_or_else(Scope::default, |v| Scope::with_variables(&v.0));
     let mut checker = Checker {
         env,
@@ -97,6 +97,7 @@ pub(crate) fn check(
         scope,
         type_errors: Vec::new(),
         validator_errors: Vec::new(),
+        bool_negations: Vec::new(),
     };
     checker.visit(ast, 0, false);
     let issues = if !checker.type_errors.is_empty() {
@@ -115,8 +116,22 @@ pub(crate) fn check(
             message,
             stage: CompileStage::ProgramInstantiation,
         }),
-        None => Ok(OutputType(types::type_of(ast, &mut checker.scope))),
+        None => Ok(Checked {
+            output: OutputType(types::type_of(ast, &mut checker.scope)),
+            bool_negations: checker.bool_negations,
+        }),
     }
+}
+
+/// What [`check`] learns of an expression it accepts.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The type of the result.
+    pub(crate) output: OutputType,
+    /// The ids of the `!x` calls whose operand can only be a bool (or an
+    /// error): a `has()` test, or a comparison, logical operator or string
+    /// predicate typed bool. For those `x == false` gives the same answer.
+    pub(crate) bool_negations: Vec<u64>,
 }
 
 /// The issues in upstream's display format, sorted by position.
@@ -141,9 +156,41 @@ struct Checker<'a> {
     type_errors: Vec<Issue>,
     /// What upstream's AST validators report (only when the checker found nothing).
     validator_errors: Vec<Issue>,
+    /// The `!x` whose `x` is always a bool (see [`Checked::bool_negations`]).
+    bool_negations: Vec<u64>,
 }
 
 impl Checker<'_> {
+    /// Whether `e` can only evaluate to a bool or fail: a `has()` test, or a
+    /// call of a comparison, a logical operator or a string predicate that
+    /// the checker types bool (on a string, for the predicates). A bool
+    /// field or variable may hold something else at run time (a null).
+    fn always_bool(&mut self, e: &IdedExpr) -> bool {
+        match &e.expr {
+            Expr::Select(s) => s.test,
+            Expr::Call(call) => {
+                matches!(
+                    call.func_name.as_str(),
+                    operators::EQUALS
+                        | operators::NOT_EQUALS
+                        | operators::LESS
+                        | operators::LESS_EQUALS
+                        | operators::GREATER
+                        | operators::GREATER_EQUALS
+                        | operators::LOGICAL_AND
+                        | operators::LOGICAL_OR
+                        | operators::LOGICAL_NOT
+                        | operators::IN
+                        | "startsWith"
+                        | "endsWith"
+                        | "contains"
+                        | "matches"
+                ) && types::type_of(e, &mut self.scope) == Ty::Bool
+            }
+            _ => false,
+        }
+    }
+
     /// The offset of `e`, else (nodes the rewrites made) `fallback`.
     fn offset(&self, e: &IdedExpr, fallback: u32) -> u32 {
         self.info
@@ -198,6 +245,14 @@ impl Checker<'_> {
                 }
                 for a in &call.args {
                     self.visit(a, here, format);
+                }
+                if let [operand] = call.args.as_slice() {
+                    if call.func_name == operators::LOGICAL_NOT
+                        && call.target.is_none()
+                        && self.always_bool(operand)
+                    {
+                        self.bool_negations.push(e.id);
+                    }
                 }
                 self.check_call(e, here);
                 self.check_regex_literal(call, here);

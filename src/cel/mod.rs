@@ -266,7 +266,7 @@ impl CelEnvironment {
             message: format!("ERROR: <input>:1:1: {m}"),
             ..Default::default()
         })?;
-        let output = check::check(&self.env, &ast, &source_info, patch_types, variables)?;
+        let checked = check::check(&self.env, &ast, &source_info, patch_types, variables)?;
         let mut identifiers = Vec::new();
         collect_identifiers(&ast, &mut identifiers);
         identifiers.sort();
@@ -276,6 +276,9 @@ impl CelEnvironment {
         } else {
             0
         };
+        // After metering, which charges `!x` as written.
+        rewrite::negations_as_comparisons(&mut ast, &checked.bool_negations, &mut next_id);
+        let output = checked.output;
         Ok(CompiledExpression {
             source: source.to_string(),
             ast,
@@ -400,6 +403,7 @@ pub fn error_text(e: &ExecutionError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn eval_json(src: &str) -> Result<serde_json::Value, String> {
         let env = CelEnvironment::shared();
@@ -407,6 +411,62 @@ mod tests {
         let ctx = env.context();
         let v = expr.evaluate(&ctx).map_err(|e| error_text(&e))?;
         convert::val_to_json(&*v).map_err(|e| e.to_string())
+    }
+
+    /// The `!_` and `_==_` calls of `e`.
+    fn negations_and_equalities(e: &IdedExpr) -> (usize, usize) {
+        let mut counts = match &e.expr {
+            cel::common::ast::Expr::Call(c) if c.func_name == "!_" => (1, 0),
+            cel::common::ast::Expr::Call(c) if c.func_name == "_==_" => (0, 1),
+            _ => (0, 0),
+        };
+        for_each_child(e, &mut |c| {
+            let (n, q) = negations_and_equalities(c);
+            counts.0 += n;
+            counts.1 += q;
+        });
+        counts
+    }
+
+    #[test]
+    fn negations_of_bools_are_compared_with_false_and_answer_the_same() {
+        let env = CelEnvironment::shared();
+        // (expression, `!` left as written, its value or error)
+        for (src, kept, expected) in [
+            ("!has({'a': 1}.a)", 0, Ok(json!(false))),
+            ("!has({'a': 1}.b)", 0, Ok(json!(true))),
+            ("!('abc'.contains('b'))", 0, Ok(json!(false))),
+            (
+                "!'abc'.startsWith('b') && !('abc'.matches('^z'))",
+                0,
+                Ok(json!(true)),
+            ),
+            ("!(1 < 2)", 0, Ok(json!(false))),
+            ("!(1 > 2 || 2 > 3)", 0, Ok(json!(true))),
+            ("!!(1 in [1])", 0, Ok(json!(true))),
+            ("!(1 / 0 == 1)", 0, Err("division by zero".to_string())),
+            ("!(1 / 0 == 1) || true", 0, Ok(json!(true))),
+            // Operands that may be no bool at run time keep `!`.
+            ("!dyn(true)", 1, Ok(json!(false))),
+            (
+                "!dyn(1)",
+                1,
+                Err(
+                    "no such overload: found no matching overload for '!_' applied to '(int)'"
+                        .to_string(),
+                ),
+            ),
+            ("[true, false].map(x, !x)", 1, Ok(json!([false, true]))),
+            ("!{'f': true}.f", 1, Ok(json!(false))),
+        ] {
+            let expr = env.compile(src).unwrap();
+            let (negations, _) = negations_and_equalities(expr.ast());
+            assert_eq!(negations, kept, "{src}");
+            assert_eq!(eval_json(src), expected, "{src}");
+        }
+        // Metered or not, the rewrite is the same.
+        let unmetered = env.compile_unmetered("!has({'a': 1}.a)").unwrap();
+        assert_eq!(negations_and_equalities(unmetered.ast()), (0, 1));
     }
 
     #[test]

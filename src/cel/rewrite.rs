@@ -27,45 +27,13 @@ const RESULT: &str = "@result";
 /// Applies every rewrite to `expr` in place. `next_id` supplies ids for new nodes.
 pub fn rewrite(expr: &mut IdedExpr, next_id: &mut u64) -> Result<(), String> {
     // Children first, so nested comprehensions are already rewritten.
-    match &mut expr.expr {
-        Expr::Call(call) => {
-            if let Some(t) = call.target.as_mut() {
-                rewrite(t, next_id)?;
-            }
-            for a in call.args.iter_mut() {
-                rewrite(a, next_id)?;
-            }
+    let mut children = Ok(());
+    for_each_child_mut(expr, &mut |c| {
+        if children.is_ok() {
+            children = rewrite(c, next_id);
         }
-        Expr::Comprehension(c) => {
-            rewrite(&mut c.iter_range, next_id)?;
-            rewrite(&mut c.accu_init, next_id)?;
-            rewrite(&mut c.loop_cond, next_id)?;
-            rewrite(&mut c.loop_step, next_id)?;
-            rewrite(&mut c.result, next_id)?;
-        }
-        Expr::List(l) => {
-            for e in l.elements.iter_mut() {
-                rewrite(e, next_id)?;
-            }
-        }
-        Expr::Map(m) => {
-            for e in m.entries.iter_mut() {
-                if let EntryExpr::MapEntry(me) = &mut e.expr {
-                    rewrite(&mut me.key, next_id)?;
-                    rewrite(&mut me.value, next_id)?;
-                }
-            }
-        }
-        Expr::Select(s) => rewrite(&mut s.operand, next_id)?,
-        Expr::Struct(s) => {
-            for e in s.entries.iter_mut() {
-                if let EntryExpr::StructField(f) = &mut e.expr {
-                    rewrite(&mut f.value, next_id)?;
-                }
-            }
-        }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
+    });
+    children?;
 
     match &mut expr.expr {
         Expr::Struct(s) if s.type_name == OBJECT_TYPE || s.type_name.starts_with("Object.") => {
@@ -94,6 +62,69 @@ pub fn rewrite(expr: &mut IdedExpr, next_id: &mut u64) -> Result<(), String> {
         _ => {}
     }
     Ok(())
+}
+
+/// Turns each `!x` of `ids` into `x == false`. The two agree wherever `x`
+/// is a bool or an error (the `ids` the checker found, see
+/// `check::Checked::bool_negations`), and the `cel` crate evaluates the
+/// comparison without building the overload error `!_` prepares for a
+/// non-bool operand on every evaluation.
+pub fn negations_as_comparisons(e: &mut IdedExpr, ids: &[u64], next_id: &mut u64) {
+    if ids.is_empty() {
+        return;
+    }
+    if let Expr::Call(call) = &mut e.expr {
+        if ids.contains(&e.id)
+            && call.func_name == operators::LOGICAL_NOT
+            && call.target.is_none()
+            && call.args.len() == 1
+        {
+            call.func_name = operators::EQUALS.to_string();
+            call.args.push(bool_lit(next_id, false));
+        }
+    }
+    for_each_child_mut(e, &mut |c| negations_as_comparisons(c, ids, next_id));
+}
+
+/// Calls `f` on each direct sub-expression of `e`.
+fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
+    match &mut e.expr {
+        Expr::Call(call) => {
+            if let Some(t) = call.target.as_mut() {
+                f(t);
+            }
+            call.args.iter_mut().for_each(&mut *f);
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                f(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(&mut *f),
+        Expr::Map(m) => {
+            for en in m.entries.iter_mut() {
+                if let EntryExpr::MapEntry(me) = &mut en.expr {
+                    f(&mut me.key);
+                    f(&mut me.value);
+                }
+            }
+        }
+        Expr::Select(s) => f(&mut s.operand),
+        Expr::Struct(s) => {
+            for en in s.entries.iter_mut() {
+                if let EntryExpr::StructField(fe) = &mut en.expr {
+                    f(&mut fe.value);
+                }
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
 }
 
 fn bump(next_id: &mut u64) -> u64 {
