@@ -169,23 +169,9 @@ impl Checker<'_> {
         match &e.expr {
             Expr::Select(s) => s.test,
             Expr::Call(call) => {
-                matches!(
-                    call.func_name.as_str(),
-                    operators::EQUALS
-                        | operators::NOT_EQUALS
-                        | operators::LESS
-                        | operators::LESS_EQUALS
-                        | operators::GREATER
-                        | operators::GREATER_EQUALS
-                        | operators::LOGICAL_AND
-                        | operators::LOGICAL_OR
-                        | operators::LOGICAL_NOT
-                        | operators::IN
-                        | "startsWith"
-                        | "endsWith"
-                        | "contains"
-                        | "matches"
-                ) && types::type_of(e, &mut self.scope) == Ty::Bool
+                let name = call.func_name.as_str();
+                (types::BOOL_OPERATORS.contains(&name) || types::STRING_PREDICATES.contains(&name))
+                    && types::type_of(e, &mut self.scope) == Ty::Bool
             }
             _ => false,
         }

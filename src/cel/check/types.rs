@@ -436,6 +436,23 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
     }
 }
 
+/// The operators whose every overload returns a bool.
+pub(super) const BOOL_OPERATORS: [&str; 10] = [
+    operators::EQUALS,
+    operators::NOT_EQUALS,
+    operators::LESS,
+    operators::LESS_EQUALS,
+    operators::GREATER,
+    operators::GREATER_EQUALS,
+    operators::LOGICAL_AND,
+    operators::LOGICAL_OR,
+    operators::LOGICAL_NOT,
+    operators::IN,
+];
+
+/// The string methods that return a bool.
+pub(super) const STRING_PREDICATES: [&str; 4] = ["startsWith", "endsWith", "contains", "matches"];
+
 /// The result type of a call, where every overload that can apply to these
 /// argument types returns the same type.
 fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
@@ -455,19 +472,7 @@ fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
         ("bytes", None) if args.len() == 1 => Ty::Bytes,
         ("bool", None) if args.len() == 1 => Ty::Bool,
         ("size", _) => Ty::Int,
-        (
-            operators::EQUALS
-            | operators::NOT_EQUALS
-            | operators::LESS
-            | operators::LESS_EQUALS
-            | operators::GREATER
-            | operators::GREATER_EQUALS
-            | operators::LOGICAL_AND
-            | operators::LOGICAL_OR
-            | operators::LOGICAL_NOT
-            | operators::IN,
-            None,
-        ) => Ty::Bool,
+        (op, None) if BOOL_OPERATORS.contains(&op) => Ty::Bool,
         (operators::ADD, None) => match same_args() {
             t @ (Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::List(_)) => t,
             _ => Ty::Unknown,
@@ -487,7 +492,7 @@ fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
             _ => Ty::Unknown,
         },
         (operators::CONDITIONAL, None) if args.len() == 3 => join(args[1..].iter().cloned()),
-        ("startsWith" | "endsWith" | "contains" | "matches", Some(Ty::String)) => Ty::Bool,
+        (method, Some(Ty::String)) if STRING_PREDICATES.contains(&method) => Ty::Bool,
         (
             "lowerAscii" | "upperAscii" | "replace" | "substring" | "trim" | "charAt" | "find",
             Some(Ty::String),
