@@ -128,16 +128,24 @@ impl Client {
         })
     }
 
-    /// Opens a connection for [`RawHttp1Connection`] (TCP, TLS handshake).
+    /// Opens a connection for [`RawHttp1Connection`] (TCP, TLS handshake);
+    /// the client must be an HTTP/1.1 one (its ALPN offers `http/1.1`).
     pub async fn connect_raw(&self) -> Result<RawHttp1Connection<TlsStream<TcpStream>>> {
+        if self.http2 {
+            bail!("an HTTP/2 client opens no raw HTTP/1.1 connection");
+        }
         let (tls, _, _) = self.connect_tls().await?;
         Ok(RawHttp1Connection::new(tls))
     }
 
     /// The request line and headers of a POST of `body` to `path` on this
     /// client's host, followed by the body: what [`RawHttp1Connection::send`]
-    /// writes.
-    pub fn http1_post(&self, path: &str, body: &[u8]) -> Bytes {
+    /// writes. Fails for a `path` that is no request target.
+    pub fn http1_post(&self, path: &str, body: &[u8]) -> Result<Bytes> {
+        path.parse::<hyper::http::uri::PathAndQuery>()
+            .ok()
+            .filter(|_| path.starts_with('/'))
+            .with_context(|| format!("request path {path:?}"))?;
         let mut request = format!(
             "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             self.host,
@@ -145,7 +153,7 @@ impl Client {
         )
         .into_bytes();
         request.extend_from_slice(body);
-        Bytes::from(request)
+        Ok(Bytes::from(request))
     }
 
     async fn connect_tls(
@@ -451,7 +459,10 @@ mod tests {
             false,
         )
         .unwrap();
-        let bytes = client.http1_post("/mutate", b"{\"a\":1}");
+        let bytes = client.http1_post("/mutate", b"{\"a\":1}").unwrap();
+        for bad in ["/a b", "/a\r\nx: y", "mutate", ""] {
+            assert!(client.http1_post(bad, b"").is_err(), "{bad:?}");
+        }
         let mut headers = [httparse::EMPTY_HEADER; 8];
         let mut request = httparse::Request::new(&mut headers);
         let httparse::Status::Complete(n) = request.parse(&bytes).unwrap() else {

@@ -199,6 +199,11 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
         client_config,
         config.http2,
     )?;
+    let http1_request = if config.http2 {
+        Bytes::new()
+    } else {
+        client.http1_post(&config.path, &config.body)?
+    };
     // One request first: fail early when the server does not answer well.
     let mut probe = client.connect().await?;
     let first = probe
@@ -221,8 +226,18 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
     for index in 0..config.connections {
         let client = client.clone();
         let config = config.clone();
+        let http1_request = http1_request.clone();
         tasks.push(tokio::spawn(async move {
-            connection_loop(client, config, index, start, measure_from, end).await
+            connection_loop(
+                client,
+                config,
+                http1_request,
+                index,
+                start,
+                measure_from,
+                end,
+            )
+            .await
         }));
     }
     let mut tally = Tally::default();
@@ -254,9 +269,12 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
     })
 }
 
+/// One connection's requests; `http1_request` is the request as HTTP/1.1
+/// text (unused with HTTP/2).
 async fn connection_loop(
     client: Client,
     config: LoadtestConfig,
+    http1_request: Bytes,
     index: usize,
     start: Instant,
     measure_from: Instant,
@@ -264,7 +282,6 @@ async fn connection_loop(
 ) -> Tally {
     let mut tally = Tally::default();
     let mut conn: Option<LoadConnection> = None;
-    let http1_request = client.http1_post(&config.path, &config.body);
     let interval = config
         .rate
         .map(|r| Duration::from_secs_f64(config.connections as f64 / r));
