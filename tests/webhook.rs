@@ -167,6 +167,11 @@ fn decoded_patch(response: &Value) -> Option<json_patch::Patch> {
     Some(serde_json::from_slice(&bytes).unwrap())
 }
 
+/// A CREATE request for `object` as an `apps/v1` Deployment.
+fn deployment_request(uid: &str, object: &Value) -> Value {
+    request_for(uid, "apps", "v1", "Deployment", "deployments", object)
+}
+
 /// The Deployment of `examples/deployment.yaml`.
 fn example_deployment() -> Value {
     let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
@@ -191,14 +196,7 @@ fn deployment_create_gets_the_expected_patch() {
             ("admission.k8s.io/v1beta1", false),
             ("admission.k8s.io/v1", true),
         ] {
-            let mut request = request_for(
-                "d-1",
-                "apps",
-                "v1",
-                "Deployment",
-                "deployments",
-                &deployment,
-            );
+            let mut request = deployment_request("d-1", &deployment);
             request["dryRun"] = json!(dry_run);
             let r = conn
                 .post("/mutate", review(api_version, request))
@@ -227,14 +225,7 @@ fn deployment_create_gets_the_expected_patch() {
                 "/mutate",
                 review(
                     "admission.k8s.io/v1",
-                    request_for(
-                        "d-2",
-                        "apps",
-                        "v1",
-                        "Deployment",
-                        "deployments",
-                        &deployment,
-                    ),
+                    deployment_request("d-2", &deployment),
                 ),
             )
             .await
@@ -273,14 +264,7 @@ fn unmatched_request_gets_no_patch_and_no_evaluation() {
         );
 
         // A DELETE of a Deployment matches no policy either.
-        let mut request = request_for(
-            "u-2",
-            "apps",
-            "v1",
-            "Deployment",
-            "deployments",
-            &json!({"metadata": {"name": "x"}}),
-        );
+        let mut request = deployment_request("u-2", &json!({"metadata": {"name": "x"}}));
         request["operation"] = json!("DELETE");
         request["oldObject"] = request["object"].take();
         let r = conn
@@ -491,10 +475,7 @@ fn bad_bodies_are_refused_and_the_server_keeps_serving() {
 
         // Still serving, on the first connection and on new ones.
         let deployment = example_deployment();
-        let ok = review(
-            "admission.k8s.io/v1",
-            request_for("ok", "apps", "v1", "Deployment", "deployments", &deployment),
-        );
+        let ok = review("admission.k8s.io/v1", deployment_request("ok", &deployment));
         for c in [&mut conn, &mut connect(&server).await] {
             let r = c.post("/mutate", ok.clone()).await.unwrap();
             assert_eq!(r.status, 200);
@@ -884,14 +865,7 @@ fn the_serve_binary_drains_and_exits_on_sigterm() {
                     "/mutate",
                     review(
                         "admission.k8s.io/v1",
-                        request_for(
-                            "s-1",
-                            "apps",
-                            "v1",
-                            "Deployment",
-                            "deployments",
-                            &deployment,
-                        ),
+                        deployment_request("s-1", &deployment),
                     ),
                 )
                 .await
@@ -931,17 +905,9 @@ fn the_load_generator_drives_the_server_over_http1_and_http2() {
     let dir = scratch("loadtest");
     run(Duration::from_secs(60), async {
         let server = started_on_fixture(&dir).await;
-        let deployment = example_deployment();
         let body = review(
             "admission.k8s.io/v1",
-            request_for(
-                "d-1",
-                "apps",
-                "v1",
-                "Deployment",
-                "deployments",
-                &deployment,
-            ),
+            deployment_request("d-1", &example_deployment()),
         );
         let config = LoadtestConfig {
             addr: server.addr(),
