@@ -643,16 +643,14 @@ impl PolicySet {
                 return Ok(());
             }
         }
-        let schema = {
-            let gvk = matched.gvk(&state.attrs);
-            ctx.schemas.lookup(&gvk.group, &gvk.version, &gvk.kind)
-        };
-
         // The object in the matched version (CRD versions differ only by apiVersion).
         let Some(mut versioned) = state.attrs.object.take() else {
             return Ok(());
         };
         let matched_gvk = matched.gvk(&state.attrs);
+        let schema =
+            ctx.schemas
+                .lookup(&matched_gvk.group, &matched_gvk.version, &matched_gvk.kind);
         let in_matched_version = versioned
             .get("apiVersion")
             .and_then(Json::as_str)
@@ -683,7 +681,7 @@ impl PolicySet {
                 .request_json
                 .get_or_insert_with(|| state.attrs.cel_request_json())
                 .clone();
-            r["kind"] = serde_json::to_value(matched.gvk(&state.attrs)).unwrap_or(Json::Null);
+            r["kind"] = serde_json::to_value(matched_gvk).unwrap_or(Json::Null);
             r["resource"] = serde_json::to_value(matched.gvr(&state.attrs)).unwrap_or(Json::Null);
             std::borrow::Cow::Owned(r)
         };
@@ -883,7 +881,7 @@ impl PolicySet {
                         code: 503,
                         message: format!(
                             "Resource kind {} not found. There can be a delay between when CustomResourceDefinitions are created and when they are available.",
-                            gvk_string(matched.gvk(&state.attrs))
+                            gvk_string(matched_gvk)
                         ),
                     };
                     observe(&versioned, Some(&status.message));
