@@ -19,7 +19,12 @@ struct NoMetrics;
 impl kmutate::dispatch::AdmissionObserver for NoMetrics {}
 
 fn fixture() -> (Engine, Vec<u8>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook");
+    // `KMUTATE_BENCH_FIXTURE`: another folder of the same layout (say,
+    // some of the policies only), for profiling.
+    let dir = std::env::var_os("KMUTATE_BENCH_FIXTURE").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook"),
+        PathBuf::from,
+    );
     let engine = Engine::load(&EngineSources::under(&dir), Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
     let body = std::fs::read(dir.join("review.json")).expect("bench/webhook/review.json");
