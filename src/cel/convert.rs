@@ -345,6 +345,13 @@ pub fn val_to_json(value: &dyn Val) -> Result<Json, ToJsonError> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         return Ok(Json::Object(entries.into_iter().collect()));
     }
+    if let Some(st) = super::object_types::as_object(value) {
+        let mut out = serde_json::Map::new();
+        for (k, v) in st.fields() {
+            out.insert(k.to_string(), val_to_json(v)?);
+        }
+        return Ok(Json::Object(out));
+    }
     if let Some(st) = value.downcast_ref::<CelStruct>() {
         let mut out = serde_json::Map::new();
         for (k, v) in st.field_values() {

@@ -39,6 +39,7 @@
 
 use super::access::Access;
 use super::convert::{as_selected_fields, SelectedFields};
+use super::object_types::as_object;
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, CelStruct};
@@ -445,6 +446,10 @@ fn count_values(v: &dyn Val, cap: u64, views: Held) -> u64 {
             for (k, e) in m.inner() {
                 walk(k.inner(), total, cap, views);
                 walk(e.as_ref(), total, cap, views);
+            }
+        } else if let Some(st) = as_object(v) {
+            for (_, e) in st.fields() {
+                walk(e, total, cap, views);
             }
         } else if let Some(st) = v.downcast_ref::<CelStruct>() {
             for e in st.field_values().values() {

@@ -477,7 +477,7 @@ mod tests {
             .unwrap();
         let ctx = env.context();
         let v = expr.evaluate(&ctx).unwrap();
-        let st = v.downcast_ref::<cel::common::types::CelStruct>().unwrap();
+        let st = object_types::as_object(v.as_ref()).unwrap();
         let errs = object_types::check_type_names(st);
         assert_eq!(errs, vec!["unexpected type name \"Object.specx\", expected \"Object.spec\", which matches field name path from root Object type".to_string()]);
     }
@@ -490,6 +490,44 @@ mod tests {
             false
         );
         assert_eq!(eval_json("Object{field: 'x'}.field").unwrap(), "x");
+    }
+
+    #[test]
+    fn objects_compare_select_and_copy_as_structs() {
+        // Equal: same written name, same fields (in any order written).
+        assert_eq!(
+            eval_json("Object{a: 1, b: 'x'} == Object{b: 'x', a: 1}").unwrap(),
+            true
+        );
+        assert_eq!(eval_json("Object.spec{} == Object{}").unwrap(), false);
+        assert_eq!(
+            eval_json("Object{a: 1} == Object{a: 1, b: 2}").unwrap(),
+            false
+        );
+        assert_eq!(
+            eval_json("Object{a: [1]} == Object{a: [2]}").unwrap(),
+            false
+        );
+        assert_eq!(eval_json("has(Object{a: 1}.a)").unwrap(), true);
+        assert_eq!(eval_json("has(Object{a: 1}.b)").unwrap(), false);
+        assert_eq!(eval_json("Object{a: 1}.b").unwrap_err(), "no such key: b");
+        assert_eq!(
+            eval_json("Object{?a: optional.none()}").unwrap(),
+            serde_json::json!({})
+        );
+        // `map()` copies each value it appends: the copies are equal values.
+        assert_eq!(
+            eval_json("[1, 2].map(i, Object{n: i, s: Object.s{m: {'k': i}}})").unwrap(),
+            serde_json::json!([{"n": 1, "s": {"m": {"k": 1}}}, {"n": 2, "s": {"m": {"k": 2}}}])
+        );
+        assert_eq!(
+            eval_json("[1, 2].map(i, Object{n: i})[1] == Object{n: 2}").unwrap(),
+            true
+        );
+        assert_eq!(
+            eval_json("type(Object.spec{}) == type(Object{})").unwrap(),
+            false
+        );
     }
 
     #[test]

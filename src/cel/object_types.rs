@@ -8,10 +8,12 @@
 //! `Object...{}` literal to construct the one registered `Object` struct
 //! type, passing the written name in a hidden field (see `rewrite`).
 
+use cel::common::traits::{Indexer, Zeroer};
 use cel::common::types::{CelOptional, CelString, CelStruct, Type};
 use cel::common::value::{CowVal, Val};
 use cel::{ExecutionError, StructType};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Hidden struct field carrying the type name an `Object...{}` literal was written with.
 pub const TYPE_NAME_FIELD: &str = "__kmutate_type_name__";
@@ -60,13 +62,180 @@ impl StructType for ObjectStructType {
                 .unwrap_or_else(|| OBJECT_TYPE.to_string()),
             None => OBJECT_TYPE.to_string(),
         };
-        let mut st = CelStruct::new(name);
-        for (field, value) in fields {
-            if let Some(value) = unwrap_optional_field(value) {
-                st.add_field_value(field, value);
-            }
-        }
-        Ok(Box::new(st))
+        let fields = fields
+            .into_iter()
+            .filter_map(|(field, value)| {
+                unwrap_optional_field(value).map(|value| (field, value.into_owned()))
+            })
+            .collect();
+        Ok(Box::new(ObjectValue(Arc::new(ObjectData {
+            ty: Type::new_struct(name),
+            fields,
+        }))))
+    }
+}
+
+/// An `Object...{}` value: the type name it was written with and its
+/// fields, shared.
+///
+/// The `cel` crate's own struct value copies every field when it is copied,
+/// and `map()` copies each value it appends; a copy of this one copies a
+/// pointer. Its fields are listed in name order, each once (they come from
+/// the crate's map of the literal's fields).
+#[derive(Debug, Clone)]
+pub struct ObjectValue<'v>(Arc<ObjectData<'v>>);
+
+#[derive(Debug)]
+struct ObjectData<'v> {
+    ty: Type,
+    fields: Vec<(String, Box<dyn Val + 'v>)>,
+}
+
+/// What [`ObjectValue::as_any`](Val::as_any) answers: it tells an
+/// `ObjectValue` from any other value (see [`as_object`]).
+struct ObjectMarker;
+
+static OBJECT_MARKER: ObjectMarker = ObjectMarker;
+
+/// The type [`Val::cel_type`] names for every `ObjectValue`.
+static OBJECT_VALUE_TYPE: std::sync::LazyLock<Type> =
+    std::sync::LazyLock::new(|| Type::new_struct(OBJECT_TYPE.to_string()));
+
+/// `value` as an [`ObjectValue`], if it is one.
+pub fn as_object<'b, 'v>(value: &'b (dyn Val + 'v)) -> Option<&'b ObjectValue<'v>> {
+    if value
+        .as_any()
+        .is_some_and(|any| any.downcast_ref::<ObjectMarker>().is_some())
+    {
+        // SAFETY: only `ObjectValue` answers `as_any` with the private
+        // `ObjectMarker`, so the value is an `ObjectValue<'v>` (its lifetime
+        // bound is the trait object's).
+        Some(unsafe { &*(value as *const (dyn Val + 'v) as *const ObjectValue<'v>) })
+    } else {
+        None
+    }
+}
+
+impl<'v> ObjectValue<'v> {
+    /// The type name the literal was written with (`Object.spec`).
+    pub fn name(&self) -> &str {
+        self.0.ty.name()
+    }
+
+    /// The fields set, in name order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &(dyn Val + 'v))> {
+        self.0.fields.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
+    }
+
+    /// The field `name`, if set.
+    pub fn field(&self, name: &str) -> Option<&(dyn Val + 'v)> {
+        let fields = &self.0.fields;
+        fields
+            .binary_search_by(|(k, _)| k.as_str().cmp(name))
+            .ok()
+            .map(|i| fields[i].1.as_ref())
+    }
+
+    /// A copy whose fields borrow nothing, made with `copy`.
+    pub fn to_static<E>(
+        &self,
+        mut copy: impl FnMut(&dyn Val) -> Result<Box<dyn Val + 'static>, E>,
+    ) -> Result<ObjectValue<'static>, E> {
+        let fields = self
+            .0
+            .fields
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), copy(v.as_ref())?)))
+            .collect::<Result<_, E>>()?;
+        Ok(ObjectValue(Arc::new(ObjectData {
+            ty: Type::new_struct(self.name().to_string()),
+            fields,
+        })))
+    }
+}
+
+impl Val for ObjectValue<'_> {
+    fn get_type(&self) -> &Type {
+        &self.0.ty
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &OBJECT_VALUE_TYPE
+    }
+
+    fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
+    where
+        Self: 'w,
+    {
+        Box::new(self.clone())
+    }
+
+    fn as_indexer<'b, 'w>(&'b self) -> Option<&'b (dyn Indexer + 'w)>
+    where
+        Self: 'w,
+    {
+        Some(self)
+    }
+
+    fn into_indexer<'w>(self: Box<Self>) -> Option<Box<dyn Indexer + 'w>>
+    where
+        Self: 'w,
+    {
+        Some(self)
+    }
+
+    fn as_zeroer(&self) -> Option<&dyn Zeroer> {
+        Some(self)
+    }
+
+    /// As the crate's struct: the same type name and equal fields.
+    fn equals(&self, other: &dyn Val) -> bool {
+        as_object(other).is_some_and(|other| {
+            Arc::ptr_eq(&self.0, &other.0)
+                || (self.name() == other.name()
+                    && self.0.fields.len() == other.0.fields.len()
+                    && self
+                        .fields()
+                        .zip(other.fields())
+                        .all(|((k, v), (l, w))| k == l && v.equals(w)))
+        })
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(&OBJECT_MARKER)
+    }
+}
+
+impl Indexer for ObjectValue<'_> {
+    fn get<'b, 'w>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
+    where
+        Self: 'w,
+    {
+        let Some(field) = idx.downcast_ref::<CelString>() else {
+            return Err(ExecutionError::no_such_overload(
+                "_[_]",
+                vec![self.name().to_string(), idx.get_type().name().to_string()],
+            ));
+        };
+        self.field(field.inner())
+            .map(CowVal::Borrowed)
+            .ok_or_else(|| ExecutionError::no_such_key(field.inner()))
+    }
+
+    fn steal<'w>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'w>, ExecutionError>
+    where
+        Self: 'w,
+    {
+        self.get(idx).map(CowVal::into_owned)
+    }
+}
+
+impl Zeroer for ObjectValue<'_> {
+    fn is_zero_value(&self) -> bool {
+        self.0.fields.is_empty()
     }
 }
 
@@ -123,30 +292,30 @@ impl StructType for JsonPatchStructType {
 /// Checks that every nested `Object...{}` value is named for its field path
 /// from the root, as upstream's `CheckTypeNamesMatchFieldPathNames` does.
 /// Returns the mismatches, one message each.
-pub fn check_type_names(root: &CelStruct) -> Vec<String> {
+pub fn check_type_names(root: &ObjectValue) -> Vec<String> {
     let mut errors = Vec::new();
     let mut path = vec![root.name().to_string()];
     check_struct(root, &mut path, &mut errors);
     errors
 }
 
-fn check_struct(st: &CelStruct, path: &mut Vec<String>, errors: &mut Vec<String>) {
-    if let Some(mismatch) = name_mismatch(st, path) {
+fn check_struct(st: &ObjectValue, path: &mut Vec<String>, errors: &mut Vec<String>) {
+    if let Some(mismatch) = name_mismatch(st.name(), path) {
         errors.push(mismatch);
     }
-    for (field, value) in st.field_values() {
-        path.push(field);
-        check_value(value.as_ref(), path, errors);
+    for (field, value) in st.fields() {
+        path.push(field.to_string());
+        check_value(value, path, errors);
         path.pop();
     }
 }
 
 /// The message for a struct not named for its field path from the root
 /// (`path`, whose segments joined by dots make the expected name).
-fn name_mismatch(st: &CelStruct, path: &[String]) -> Option<String> {
+fn name_mismatch(name: &str, path: &[String]) -> Option<String> {
     // Compared segment by segment: joining the path would allocate for
     // every struct of every apply configuration.
-    let mut rest = st.name();
+    let mut rest = name;
     for (i, segment) in path.iter().enumerate() {
         let after_dot = if i == 0 {
             Some(rest)
@@ -164,7 +333,7 @@ fn name_mismatch(st: &CelStruct, path: &[String]) -> Option<String> {
     (!rest.is_empty()).then(|| {
         format!(
             "unexpected type name {:?}, expected {:?}, which matches field name path from root Object type",
-            st.name(),
+            name,
             path.join(".")
         )
     })
@@ -175,7 +344,7 @@ fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>
     if let Some(fields) = super::convert::as_selected_fields(value) {
         return check_value(&fields.to_map(), path, errors);
     }
-    if let Some(st) = value.downcast_ref::<CelStruct>() {
+    if let Some(st) = as_object(value) {
         check_struct(st, path, errors);
     } else if let Some(list) = value.downcast_ref::<CelList>() {
         for item in list.inner() {
@@ -192,7 +361,7 @@ fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>
 /// way, as `check_type_names` does, that nested initializers are named for
 /// their field path. Mismatches come back joined by newlines, as upstream's
 /// `errors.Join`.
-pub fn object_to_json(root: &CelStruct) -> Result<serde_json::Value, String> {
+pub fn object_to_json(root: &ObjectValue) -> Result<serde_json::Value, String> {
     let mut path = vec![root.name().to_string()];
     let mut mismatches = Vec::new();
     let json = struct_to_json(root, &mut path, &mut mismatches).map_err(|e| e.to_string())?;
@@ -204,17 +373,17 @@ pub fn object_to_json(root: &CelStruct) -> Result<serde_json::Value, String> {
 }
 
 fn struct_to_json(
-    st: &CelStruct,
+    st: &ObjectValue,
     path: &mut Vec<String>,
     mismatches: &mut Vec<String>,
 ) -> Result<serde_json::Value, super::convert::ToJsonError> {
-    if let Some(mismatch) = name_mismatch(st, path) {
+    if let Some(mismatch) = name_mismatch(st.name(), path) {
         mismatches.push(mismatch);
     }
     let mut out = serde_json::Map::new();
-    for (field, value) in st.field_values() {
-        path.push(field);
-        let converted = field_to_json(value.as_ref(), path, mismatches);
+    for (field, value) in st.fields() {
+        path.push(field.to_string());
+        let converted = field_to_json(value, path, mismatches);
         let field = path.pop().unwrap_or_default();
         out.insert(field, converted?);
     }
@@ -230,7 +399,7 @@ fn field_to_json(
     if let Some(fields) = super::convert::as_selected_fields(value) {
         return field_to_json(&fields.to_map(), path, mismatches);
     }
-    if let Some(st) = value.downcast_ref::<CelStruct>() {
+    if let Some(st) = as_object(value) {
         return struct_to_json(st, path, mismatches);
     }
     if let Some(list) = value.downcast_ref::<CelList>() {
@@ -268,7 +437,7 @@ mod tests {
     #[test]
     fn a_struct_must_be_named_for_its_whole_field_path() {
         let path: Vec<String> = ["Object", "spec", "template"].map(String::from).into();
-        let named = |name: &str| name_mismatch(&CelStruct::new(name.to_string()), &path);
+        let named = |name: &str| name_mismatch(name, &path);
         assert_eq!(named("Object.spec.template"), None);
         for wrong in [
             "Object.spec",
@@ -287,6 +456,6 @@ mod tests {
             );
         }
         let root: Vec<String> = vec!["Object".into()];
-        assert_eq!(name_mismatch(&CelStruct::new("Object".into()), &root), None);
+        assert_eq!(name_mismatch("Object", &root), None);
     }
 }

@@ -197,6 +197,9 @@ fn to_static(v: &dyn Val) -> Result<Box<dyn Val + 'static>, String> {
         }
         return Ok(Box::new(CelMap::from(entries)));
     }
+    if let Some(object) = crate::cel::object_types::as_object(v) {
+        return Ok(Box::new(object.to_static(to_static)?));
+    }
     if let Some(decision) = crate::cel::authz::to_static(v) {
         return Ok(decision);
     }
@@ -429,5 +432,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_variable_keeps_an_object_built_from_the_input() {
+        let object = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2}});
+        let vars = [(
+            "o",
+            "Object{spec: Object.spec{replicas: object.spec.replicas, name: object.metadata.name}}",
+        )];
+        assert_eq!(
+            eval("variables.o", &object, &Access::Full, &vars),
+            r#"{"spec":{"name":"web","replicas":2}}"#
+        );
+        assert_eq!(
+            eval("variables.o.spec.name", &object, &Access::Full, &vars),
+            "\"web\""
+        );
+        assert_eq!(
+            eval(
+                "[variables.o, variables.o].map(x, x.spec.replicas)",
+                &object,
+                &Access::Full,
+                &vars
+            ),
+            "[2,2]"
+        );
     }
 }

@@ -15,7 +15,7 @@ use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
 use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
-use crate::cel::object_types::{object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
+use crate::cel::object_types::{as_object, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
@@ -1145,9 +1145,8 @@ enum MutationValue {
 }
 
 fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
-    let Some(st) = v
-        .downcast_ref::<CelStruct>()
-        .filter(|s| s.name() == OBJECT_TYPE || s.name().starts_with("Object."))
+    let Some(st) =
+        as_object(v).filter(|s| s.name() == OBJECT_TYPE || s.name().starts_with("Object."))
     else {
         return Err(format!(
             "ApplyConfiguration expression must evaluate to Object but got {}",
