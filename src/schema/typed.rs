@@ -291,10 +291,12 @@ impl PartialEq for ItemKey<'_> {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (ItemKey::Key(a), ItemKey::Key(b)) => {
+                // The names come from the list's schema: one list's keys
+                // are the same strings, compared by address first.
                 a.len() == b.len()
-                    && a.iter()
-                        .zip(b)
-                        .all(|((na, va), (nb, vb))| na == nb && smd_equal(va, vb))
+                    && a.iter().zip(b).all(|((na, va), (nb, vb))| {
+                        (std::ptr::eq(*na, *nb) || na == nb) && smd_equal(va, vb)
+                    })
             }
             (ItemKey::Value(a), ItemKey::Value(b)) => smd_equal(a, b),
             _ => false,
