@@ -1149,6 +1149,10 @@ fn go_atoi(s: &str) -> Result<i64, String> {
 /// The error of Go's `json.Unmarshal` on `strconv.Quote(s)`, as kube builds op, path and from:
 /// `\a`, `\v`, `\xNN` and `\UNNNNNNNN` are not JSON escapes.
 fn go_quoted_json_error(s: &str) -> Option<String> {
+    // Printable ASCII, what paths nearly always are, quotes as itself.
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return None;
+    }
     s.chars().find_map(|c| {
         let bad = match c {
             '\u{7}' => 'a',
