@@ -257,8 +257,13 @@ impl Activation<'_> {
         }
         let (_, mut json, mut access, _) =
             self.json_inputs.iter().find(|(name, ..)| *name == root)?;
-        // As `SelectedFields::get` (and the selection on a whole object's
-        // map) would, field by field.
+        // An input read whole is converted once, on first use: selections
+        // borrow from that conversion, through the crate.
+        if !matches!(access, Access::Fields(_)) {
+            return None;
+        }
+        // As `SelectedFields::get` would, field by field (below a field
+        // read whole, as the selection on its converted map would).
         for field in fields.split('.') {
             let Json::Object(map) = json else {
                 return None;
