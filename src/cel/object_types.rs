@@ -6,7 +6,8 @@
 //! that each nested initializer's name is the field path from the root
 //! (`CheckTypeNamesMatchFieldPathNames`). kmutate rewrites every
 //! `Object...{}` literal to construct the one registered `Object` struct
-//! type, passing the written name in a hidden field (see `rewrite`).
+//! type, passing the written name in a hidden field (see `rewrite`), which
+//! builds an [`ObjectValue`] of that name.
 
 use cel::common::traits::{Indexer, Zeroer};
 use cel::common::types::{CelOptional, CelString, CelStruct, Type};
