@@ -9,7 +9,7 @@ use cel::common::traits::{Indexer, Sizer};
 use cel::common::types::{self as cel_types, Type};
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
-    CelString, CelStruct, CelUInt,
+    CelString, CelUInt,
 };
 use cel::common::value::{CowVal, Val};
 use cel::ExecutionError;
@@ -345,17 +345,10 @@ pub fn val_to_json(value: &dyn Val) -> Result<Json, ToJsonError> {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         return Ok(Json::Object(entries.into_iter().collect()));
     }
-    if let Some(st) = super::object_types::as_object(value) {
+    if let Some(st) = super::object_types::as_struct(value) {
         let mut out = serde_json::Map::new();
         for (k, v) in st.fields() {
             out.insert(k.to_string(), val_to_json(v)?);
-        }
-        return Ok(Json::Object(out));
-    }
-    if let Some(st) = value.downcast_ref::<CelStruct>() {
-        let mut out = serde_json::Map::new();
-        for (k, v) in st.field_values() {
-            out.insert(k, val_to_json(v.as_ref())?);
         }
         return Ok(Json::Object(out));
     }

@@ -39,10 +39,10 @@
 
 use super::access::Access;
 use super::convert::{as_selected_fields, SelectedFields};
-use super::object_types::as_object;
+use super::object_types::as_struct;
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
-use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString, CelStruct};
+use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use serde_json::Value as Json;
@@ -447,13 +447,9 @@ fn count_values(v: &dyn Val, cap: u64, views: Held) -> u64 {
                 walk(k.inner(), total, cap, views);
                 walk(e.as_ref(), total, cap, views);
             }
-        } else if let Some(st) = as_object(v) {
+        } else if let Some(st) = as_struct(v) {
             for (_, e) in st.fields() {
                 walk(e, total, cap, views);
-            }
-        } else if let Some(st) = v.downcast_ref::<CelStruct>() {
-            for e in st.field_values().values() {
-                walk(e.as_ref(), total, cap, views);
             }
         }
     }

@@ -477,7 +477,7 @@ mod tests {
             .unwrap();
         let ctx = env.context();
         let v = expr.evaluate(&ctx).unwrap();
-        let st = object_types::as_object(v.as_ref()).unwrap();
+        let st = object_types::as_struct(v.as_ref()).unwrap();
         let errs = object_types::check_type_names(st);
         assert_eq!(errs, vec!["unexpected type name \"Object.specx\", expected \"Object.spec\", which matches field name path from root Object type".to_string()]);
     }

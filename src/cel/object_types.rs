@@ -7,10 +7,10 @@
 //! (`CheckTypeNamesMatchFieldPathNames`). kmutate rewrites every
 //! `Object...{}` literal to construct the one registered `Object` struct
 //! type, passing the written name in a hidden field (see `rewrite`), which
-//! builds an [`ObjectValue`] of that name.
+//! builds an [`StructValue`] of that name.
 
 use cel::common::traits::{Indexer, Zeroer};
-use cel::common::types::{CelOptional, CelString, CelStruct, Type};
+use cel::common::types::{CelOptional, CelString, Type};
 use cel::common::value::{CowVal, Val};
 use cel::{ExecutionError, StructType};
 use std::collections::BTreeMap;
@@ -69,55 +69,60 @@ impl StructType for ObjectStructType {
                 unwrap_optional_field(value).map(|value| (field, value.into_owned()))
             })
             .collect();
-        Ok(Box::new(ObjectValue(Arc::new(ObjectData {
-            ty: Type::new_struct(name),
-            fields,
-        }))))
+        Ok(Box::new(StructValue::new(name, fields)))
     }
 }
 
-/// An `Object...{}` value: the type name it was written with and its
-/// fields, shared.
+/// A value of one of the policy struct types, `Object...{}` or
+/// `JSONPatch{}`: the type name it was written with and its fields, shared.
 ///
 /// The `cel` crate's own struct value copies every field when it is copied,
 /// and `map()` copies each value it appends; a copy of this one copies a
 /// pointer. Its fields are listed in name order, each once (they come from
 /// the crate's map of the literal's fields).
 #[derive(Debug, Clone)]
-pub struct ObjectValue<'v>(Arc<ObjectData<'v>>);
+pub struct StructValue<'v>(Arc<StructData<'v>>);
 
 #[derive(Debug)]
-struct ObjectData<'v> {
+struct StructData<'v> {
     ty: Type,
     fields: Vec<(String, Box<dyn Val + 'v>)>,
 }
 
-/// What [`ObjectValue::as_any`](Val::as_any) answers: it tells an
-/// `ObjectValue` from any other value (see [`as_object`]).
-struct ObjectMarker;
+/// What [`StructValue::as_any`](Val::as_any) answers: it tells an
+/// `StructValue` from any other value (see [`as_struct`]).
+struct StructMarker;
 
-static OBJECT_MARKER: ObjectMarker = ObjectMarker;
+static STRUCT_MARKER: StructMarker = StructMarker;
 
-/// The type [`Val::cel_type`] names for every `ObjectValue`.
-static OBJECT_VALUE_TYPE: std::sync::LazyLock<Type> =
+/// The type [`Val::cel_type`] names for every `StructValue`.
+static STRUCT_VALUE_TYPE: std::sync::LazyLock<Type> =
     std::sync::LazyLock::new(|| Type::new_struct(OBJECT_TYPE.to_string()));
 
-/// `value` as an [`ObjectValue`], if it is one.
-pub fn as_object<'b, 'v>(value: &'b (dyn Val + 'v)) -> Option<&'b ObjectValue<'v>> {
+/// `value` as an [`StructValue`], if it is one.
+pub fn as_struct<'b, 'v>(value: &'b (dyn Val + 'v)) -> Option<&'b StructValue<'v>> {
     if value
         .as_any()
-        .is_some_and(|any| any.downcast_ref::<ObjectMarker>().is_some())
+        .is_some_and(|any| any.downcast_ref::<StructMarker>().is_some())
     {
-        // SAFETY: only `ObjectValue` answers `as_any` with the private
-        // `ObjectMarker`, so the value is an `ObjectValue<'v>` (its lifetime
+        // SAFETY: only `StructValue` answers `as_any` with the private
+        // `StructMarker`, so the value is an `StructValue<'v>` (its lifetime
         // bound is the trait object's).
-        Some(unsafe { &*(value as *const (dyn Val + 'v) as *const ObjectValue<'v>) })
+        Some(unsafe { &*(value as *const (dyn Val + 'v) as *const StructValue<'v>) })
     } else {
         None
     }
 }
 
-impl<'v> ObjectValue<'v> {
+impl<'v> StructValue<'v> {
+    /// A value of type `name` with `fields`, in name order, each once.
+    fn new(name: String, fields: Vec<(String, Box<dyn Val + 'v>)>) -> Self {
+        StructValue(Arc::new(StructData {
+            ty: Type::new_struct(name),
+            fields,
+        }))
+    }
+
     /// The type name the literal was written with (`Object.spec`).
     pub fn name(&self) -> &str {
         self.0.ty.name()
@@ -141,21 +146,18 @@ impl<'v> ObjectValue<'v> {
     pub fn to_static<E>(
         &self,
         mut copy: impl FnMut(&dyn Val) -> Result<Box<dyn Val + 'static>, E>,
-    ) -> Result<ObjectValue<'static>, E> {
+    ) -> Result<StructValue<'static>, E> {
         let fields = self
             .0
             .fields
             .iter()
             .map(|(k, v)| Ok((k.clone(), copy(v.as_ref())?)))
             .collect::<Result<_, E>>()?;
-        Ok(ObjectValue(Arc::new(ObjectData {
-            ty: Type::new_struct(self.name().to_string()),
-            fields,
-        })))
+        Ok(StructValue::new(self.name().to_string(), fields))
     }
 }
 
-impl Val for ObjectValue<'_> {
+impl Val for StructValue<'_> {
     fn get_type(&self) -> &Type {
         &self.0.ty
     }
@@ -164,7 +166,7 @@ impl Val for ObjectValue<'_> {
     where
         Self: Sized,
     {
-        &OBJECT_VALUE_TYPE
+        &STRUCT_VALUE_TYPE
     }
 
     fn clone_as_boxed<'w>(&self) -> Box<dyn Val + 'w>
@@ -194,7 +196,7 @@ impl Val for ObjectValue<'_> {
 
     /// As the crate's struct: the same type name and equal fields.
     fn equals(&self, other: &dyn Val) -> bool {
-        as_object(other).is_some_and(|other| {
+        as_struct(other).is_some_and(|other| {
             Arc::ptr_eq(&self.0, &other.0)
                 || (self.name() == other.name()
                     && self.0.fields.len() == other.0.fields.len()
@@ -206,11 +208,11 @@ impl Val for ObjectValue<'_> {
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(&OBJECT_MARKER)
+        Some(&STRUCT_MARKER)
     }
 }
 
-impl Indexer for ObjectValue<'_> {
+impl Indexer for StructValue<'_> {
     fn get<'b, 'w>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'w>, ExecutionError>
     where
         Self: 'w,
@@ -234,7 +236,7 @@ impl Indexer for ObjectValue<'_> {
     }
 }
 
-impl Zeroer for ObjectValue<'_> {
+impl Zeroer for StructValue<'_> {
     fn is_zero_value(&self) -> bool {
         self.0.fields.is_empty()
     }
@@ -262,7 +264,7 @@ impl StructType for JsonPatchStructType {
         &self,
         fields: BTreeMap<String, CowVal<'b, 'v>>,
     ) -> Result<Box<dyn Val + 'v>, ExecutionError> {
-        let mut st = CelStruct::new(JSON_PATCH_TYPE.to_string());
+        let mut set = Vec::with_capacity(fields.len());
         for (field, value) in fields {
             let Some(value) = unwrap_optional_field(value) else {
                 continue;
@@ -284,23 +286,23 @@ impl StructType for JsonPatchStructType {
                     ))
                 }
             }
-            st.add_field_value(field, value);
+            set.push((field, value.into_owned()));
         }
-        Ok(Box::new(st))
+        Ok(Box::new(StructValue::new(JSON_PATCH_TYPE.to_string(), set)))
     }
 }
 
 /// Checks that every nested `Object...{}` value is named for its field path
 /// from the root, as upstream's `CheckTypeNamesMatchFieldPathNames` does.
 /// Returns the mismatches, one message each.
-pub fn check_type_names(root: &ObjectValue) -> Vec<String> {
+pub fn check_type_names(root: &StructValue) -> Vec<String> {
     let mut errors = Vec::new();
     let mut path = vec![root.name().to_string()];
     check_struct(root, &mut path, &mut errors);
     errors
 }
 
-fn check_struct(st: &ObjectValue, path: &mut Vec<String>, errors: &mut Vec<String>) {
+fn check_struct(st: &StructValue, path: &mut Vec<String>, errors: &mut Vec<String>) {
     if let Some(mismatch) = name_mismatch(st.name(), path) {
         errors.push(mismatch);
     }
@@ -345,7 +347,7 @@ fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>
     if let Some(fields) = super::convert::as_selected_fields(value) {
         return check_value(&fields.to_map(), path, errors);
     }
-    if let Some(st) = as_object(value) {
+    if let Some(st) = as_struct(value) {
         check_struct(st, path, errors);
     } else if let Some(list) = value.downcast_ref::<CelList>() {
         for item in list.inner() {
@@ -362,7 +364,7 @@ fn check_value(value: &dyn Val, path: &mut Vec<String>, errors: &mut Vec<String>
 /// way, as `check_type_names` does, that nested initializers are named for
 /// their field path. Mismatches come back joined by newlines, as upstream's
 /// `errors.Join`.
-pub fn object_to_json(root: &ObjectValue) -> Result<serde_json::Value, String> {
+pub fn object_to_json(root: &StructValue) -> Result<serde_json::Value, String> {
     let mut path = vec![root.name().to_string()];
     let mut mismatches = Vec::new();
     let json = struct_to_json(root, &mut path, &mut mismatches).map_err(|e| e.to_string())?;
@@ -374,7 +376,7 @@ pub fn object_to_json(root: &ObjectValue) -> Result<serde_json::Value, String> {
 }
 
 fn struct_to_json(
-    st: &ObjectValue,
+    st: &StructValue,
     path: &mut Vec<String>,
     mismatches: &mut Vec<String>,
 ) -> Result<serde_json::Value, super::convert::ToJsonError> {
@@ -400,7 +402,7 @@ fn field_to_json(
     if let Some(fields) = super::convert::as_selected_fields(value) {
         return field_to_json(&fields.to_map(), path, mismatches);
     }
-    if let Some(st) = as_object(value) {
+    if let Some(st) = as_struct(value) {
         return struct_to_json(st, path, mismatches);
     }
     if let Some(list) = value.downcast_ref::<CelList>() {

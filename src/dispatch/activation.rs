@@ -197,7 +197,7 @@ fn to_static(v: &dyn Val) -> Result<Box<dyn Val + 'static>, String> {
         }
         return Ok(Box::new(CelMap::from(entries)));
     }
-    if let Some(object) = crate::cel::object_types::as_object(v) {
+    if let Some(object) = crate::cel::object_types::as_struct(v) {
         return Ok(Box::new(object.to_static(to_static)?));
     }
     if let Some(decision) = crate::cel::authz::to_static(v) {

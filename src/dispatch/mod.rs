@@ -15,7 +15,7 @@ use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
 use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
-use crate::cel::object_types::{as_object, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
+use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
@@ -24,7 +24,7 @@ use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::model::FastHash;
 use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
-use cel::common::types::{CelBool, CelList, CelString, CelStruct};
+use cel::common::types::{CelBool, CelList, CelString};
 use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
@@ -1146,7 +1146,7 @@ enum MutationValue {
 
 fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
     let Some(st) =
-        as_object(v).filter(|s| s.name() == OBJECT_TYPE || s.name().starts_with("Object."))
+        as_struct(v).filter(|s| s.name() == OBJECT_TYPE || s.name().starts_with("Object."))
     else {
         return Err(format!(
             "ApplyConfiguration expression must evaluate to Object but got {}",
@@ -1165,20 +1165,17 @@ fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
     };
     let mut ops = Vec::with_capacity(list.inner().len());
     for item in list.inner() {
-        let Some(st) = item
-            .downcast_ref::<CelStruct>()
-            .filter(|s| s.name() == JSON_PATCH_TYPE)
-        else {
+        let Some(st) = as_struct(item.as_ref()).filter(|s| s.name() == JSON_PATCH_TYPE) else {
             return Err(format!(
                 "JSONPatch expression must evaluate to list of JSONPatch but got element of type {}",
                 item.get_type().name()
             ));
         };
         let string_field = |name: &str| {
-            st.field_value(name)
+            st.field(name)
                 .and_then(|f| f.downcast_ref::<CelString>().map(|s| s.inner().to_string()))
         };
-        let value = match st.field_value("value") {
+        let value = match st.field("value") {
             Some(v) => Some(val_to_json(v).map_err(|e| e.to_string())?),
             None => None,
         };
