@@ -494,40 +494,32 @@ mod tests {
 
     #[test]
     fn objects_compare_select_and_copy_as_structs() {
-        // Equal: same written name, same fields (in any order written).
-        assert_eq!(
-            eval_json("Object{a: 1, b: 'x'} == Object{b: 'x', a: 1}").unwrap(),
-            true
-        );
-        assert_eq!(eval_json("Object.spec{} == Object{}").unwrap(), false);
-        assert_eq!(
-            eval_json("Object{a: 1} == Object{a: 1, b: 2}").unwrap(),
-            false
-        );
-        assert_eq!(
-            eval_json("Object{a: [1]} == Object{a: [2]}").unwrap(),
-            false
-        );
-        assert_eq!(eval_json("has(Object{a: 1}.a)").unwrap(), true);
-        assert_eq!(eval_json("has(Object{a: 1}.b)").unwrap(), false);
+        use serde_json::json;
+        for (src, expected) in [
+            // Equal: same written name, same fields (in any order written).
+            ("Object{a: 1, b: 'x'} == Object{b: 'x', a: 1}", json!(true)),
+            ("Object.spec{} == Object{}", json!(false)),
+            ("Object{a: 1} == Object{a: 1, b: 2}", json!(false)),
+            ("Object{a: [1]} == Object{a: [2]}", json!(false)),
+            ("has(Object{a: 1}.a)", json!(true)),
+            ("has(Object{a: 1}.b)", json!(false)),
+            ("Object{?a: optional.none()}", json!({})),
+            // `map()` copies each value it appends: the copies are equal values.
+            (
+                "[1, 2].map(i, Object{n: i, s: Object.s{m: {'k': i}}})",
+                json!([{"n": 1, "s": {"m": {"k": 1}}}, {"n": 2, "s": {"m": {"k": 2}}}]),
+            ),
+            (
+                "[1, 2].map(i, Object{n: i})[1] == Object{n: 2}",
+                json!(true),
+            ),
+            ("type(Object.spec{}) == type(Object{})", json!(false)),
+            ("JSONPatch{op: 'add'} == JSONPatch{op: 'add'}", json!(true)),
+            ("JSONPatch{op: 'add'} == Object{op: 'add'}", json!(false)),
+        ] {
+            assert_eq!(eval_json(src).unwrap(), expected, "{src}");
+        }
         assert_eq!(eval_json("Object{a: 1}.b").unwrap_err(), "no such key: b");
-        assert_eq!(
-            eval_json("Object{?a: optional.none()}").unwrap(),
-            serde_json::json!({})
-        );
-        // `map()` copies each value it appends: the copies are equal values.
-        assert_eq!(
-            eval_json("[1, 2].map(i, Object{n: i, s: Object.s{m: {'k': i}}})").unwrap(),
-            serde_json::json!([{"n": 1, "s": {"m": {"k": 1}}}, {"n": 2, "s": {"m": {"k": 2}}}])
-        );
-        assert_eq!(
-            eval_json("[1, 2].map(i, Object{n: i})[1] == Object{n: 2}").unwrap(),
-            true
-        );
-        assert_eq!(
-            eval_json("type(Object.spec{}) == type(Object{})").unwrap(),
-            false
-        );
     }
 
     #[test]
