@@ -420,6 +420,16 @@ pub(crate) fn invalid_atom(spec: &TypeSpec) -> ValidationError {
     }
 }
 
+/// The error of a scalar check as a list. A plain match: collecting the
+/// `Option` goes through the generic iterator path on every leaf.
+#[inline(always)]
+fn errors_of(error: Option<ValidationError>) -> Vec<ValidationError> {
+    match error {
+        None => Vec::new(),
+        Some(e) => vec![e],
+    }
+}
+
 pub(crate) fn too_deep() -> ValidationError {
     error(format!("exceeded maximum nesting depth of {MAX_DEPTH}"))
 }
@@ -455,7 +465,7 @@ impl Validator<'_> {
                 scalar: Some(t),
                 list: None,
                 map: None,
-            }) if depth <= MAX_DEPTH => validate_scalar(*t, Some(v), "").into_iter().collect(),
+            }) if depth <= MAX_DEPTH => errors_of(validate_scalar(*t, Some(v), "")),
             _ => self.validate(spec, v, depth),
         }
     }
@@ -504,7 +514,7 @@ impl Validator<'_> {
             return errs;
         }
         if let Some(t) = atom.scalar {
-            return validate_scalar(t, Some(v), "").into_iter().collect();
+            return errors_of(validate_scalar(t, Some(v), ""));
         }
         if let Some(list) = &atom.list {
             let items = match v {
