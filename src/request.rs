@@ -270,51 +270,89 @@ pub fn labels_of(o: &Value) -> BTreeMap<String, String> {
 }
 
 /// The fields of an [`AdmissionRequest`] the CEL `request` variable holds
-/// (all but the objects), borrowed for serialisation.
+/// (all but the objects), borrowed for serialisation. A field is `None`
+/// when it is left out: empty, or not asked for.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct CelRequestView<'a> {
-    uid: &'a str,
-    kind: &'a GroupVersionKind,
-    resource: &'a GroupVersionResource,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    sub_resource: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_kind: &'a Option<GroupVersionKind>,
+    uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_resource: &'a Option<GroupVersionResource>,
+    kind: Option<&'a GroupVersionKind>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_sub_resource: &'a Option<String>,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    name: &'a str,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    namespace: &'a str,
-    operation: &'a str,
-    user_info: &'a UserInfo,
+    resource: Option<&'a GroupVersionResource>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    dry_run: &'a Option<bool>,
+    sub_resource: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    options: &'a Option<Value>,
+    request_kind: Option<&'a GroupVersionKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_resource: Option<&'a GroupVersionResource>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_sub_resource: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operation: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_info: Option<&'a UserInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_run: Option<&'a bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    options: Option<&'a Value>,
+}
+
+/// Which top-level fields of the CEL `request` variable to build.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RequestFields {
+    /// Every field.
+    #[default]
+    All,
+    /// Only these (by their JSON names); the others are never read.
+    Only(std::collections::BTreeSet<String>),
+}
+
+impl RequestFields {
+    fn wants(&self, field: &str) -> bool {
+        match self {
+            RequestFields::All => true,
+            RequestFields::Only(fields) => fields.contains(field),
+        }
+    }
 }
 
 impl AdmissionRequest {
     /// The CEL `request` variable: the request without its objects, as
-    /// upstream's `CreateAdmissionRequest` builds it.
-    pub fn cel_request_json(&self) -> Value {
+    /// upstream's `CreateAdmissionRequest` builds it, with only `fields`
+    /// (what no expression reads is not built).
+    pub fn cel_request_json(&self, fields: &RequestFields) -> Value {
+        let want = |field: &str, present: bool| present && fields.wants(field);
         serde_json::to_value(CelRequestView {
-            uid: &self.uid,
-            kind: &self.kind,
-            resource: &self.resource,
-            sub_resource: &self.sub_resource,
-            request_kind: &self.request_kind,
-            request_resource: &self.request_resource,
-            request_sub_resource: &self.request_sub_resource,
-            name: &self.name,
-            namespace: &self.namespace,
-            operation: &self.operation,
-            user_info: &self.user_info,
-            dry_run: &self.dry_run,
-            options: &self.options,
+            uid: want("uid", true).then_some(self.uid.as_str()),
+            kind: want("kind", true).then_some(&self.kind),
+            resource: want("resource", true).then_some(&self.resource),
+            sub_resource: want("subResource", !self.sub_resource.is_empty())
+                .then_some(self.sub_resource.as_str()),
+            request_kind: self
+                .request_kind
+                .as_ref()
+                .filter(|_| fields.wants("requestKind")),
+            request_resource: self
+                .request_resource
+                .as_ref()
+                .filter(|_| fields.wants("requestResource")),
+            request_sub_resource: self
+                .request_sub_resource
+                .as_ref()
+                .filter(|_| fields.wants("requestSubResource")),
+            name: want("name", !self.name.is_empty()).then_some(self.name.as_str()),
+            namespace: want("namespace", !self.namespace.is_empty())
+                .then_some(self.namespace.as_str()),
+            operation: want("operation", true).then_some(self.operation.as_str()),
+            user_info: want("userInfo", true).then_some(&self.user_info),
+            dry_run: self.dry_run.as_ref().filter(|_| fields.wants("dryRun")),
+            options: self.options.as_ref().filter(|_| fields.wants("options")),
         })
         .unwrap_or(Value::Null)
     }
@@ -324,6 +362,41 @@ impl AdmissionRequest {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // Upstream's `CreateAdmissionRequest`: every field but the objects,
+    // the empty optional ones left out.
+    #[test]
+    fn the_request_variable_has_the_fields_asked_for() {
+        // The request as sent, less its object.
+        let whole = json!({
+            "uid": "u1",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "subResource": "scale",
+            "name": "web",
+            "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": ["dev"]},
+            "dryRun": true,
+        });
+        let mut sent = whole.clone();
+        sent["object"] = json!({"kind": "Scale"});
+        let request: AdmissionRequest = serde_json::from_value(sent).expect("a request");
+        assert_eq!(request.cel_request_json(&RequestFields::All), whole);
+        let only = |fields: &[&str]| {
+            let fields = fields.iter().map(|f| f.to_string()).collect();
+            request.cel_request_json(&RequestFields::Only(fields))
+        };
+        assert_eq!(
+            only(&["userInfo", "dryRun"]),
+            json!({"userInfo": {"username": "alice", "groups": ["dev"]}, "dryRun": true})
+        );
+        // A field asked for but empty stays out, as in the whole variable.
+        assert_eq!(
+            only(&["namespace", "operation"]),
+            json!({"operation": "UPDATE"})
+        );
+        assert_eq!(only(&[]), json!({}));
+    }
 
     fn cm(ns: &str, name: &str, labels: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -20,7 +20,7 @@ use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::apply_configuration_in_place;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
-use crate::request::{AdmissionRequest, ClusterObjects};
+use crate::request::{AdmissionRequest, ClusterObjects, RequestFields};
 use crate::schema::model::FastHash;
 use crate::schema::SchemaStore;
 use activation::{Activation, CompiledVariable};
@@ -89,6 +89,28 @@ impl InputAccess {
     fn object(&self) -> &Access {
         &self.0[0]
     }
+
+    /// What is observed of `request` (the third of [`JSON_INPUTS`]).
+    fn request(&self) -> &Access {
+        &self.0[2]
+    }
+}
+
+/// The fields of `request` that any expression of `policies` can read:
+/// the rest of the variable is never built.
+fn request_fields(policies: &[CompiledPolicy]) -> RequestFields {
+    let mut fields = BTreeSet::new();
+    let accesses = policies
+        .iter()
+        .flat_map(|p| std::iter::once(&p.match_access).chain(&p.mutation_access));
+    for access in accesses {
+        match access.request() {
+            Access::None => {}
+            Access::Fields(read) => fields.extend(read.keys().cloned()),
+            Access::Full | Access::Elements(_) => return RequestFields::All,
+        }
+    }
+    RequestFields::Only(fields)
 }
 
 /// A compile problem of one expression.
@@ -233,6 +255,8 @@ pub struct PolicySet {
     policies: Vec<CompiledPolicy>,
     /// (binding, index into `policies`), sorted by binding name then policy name.
     bindings: Vec<(Binding, usize)>,
+    /// The fields of `request` the policies read.
+    request_fields: RequestFields,
 }
 
 /// The result of an admission.
@@ -414,6 +438,7 @@ impl PolicySet {
         (
             PolicySet {
                 env,
+                request_fields: request_fields(&compiled),
                 policies: compiled,
                 bindings: pairs,
             },
@@ -674,12 +699,12 @@ impl PolicySet {
             std::borrow::Cow::Borrowed(
                 &*state
                     .request_json
-                    .get_or_insert_with(|| state.attrs.cel_request_json()),
+                    .get_or_insert_with(|| state.attrs.cel_request_json(&self.request_fields)),
             )
         } else {
             let mut r = state
                 .request_json
-                .get_or_insert_with(|| state.attrs.cel_request_json())
+                .get_or_insert_with(|| state.attrs.cel_request_json(&self.request_fields))
                 .clone();
             r["kind"] = serde_json::to_value(matched_gvk).unwrap_or(Json::Null);
             r["resource"] = serde_json::to_value(matched.gvr(&state.attrs)).unwrap_or(Json::Null);
@@ -1243,6 +1268,30 @@ mod tests {
         request
     }
 
+    /// Binding `name` of policy `policy`, on everything the policy matches.
+    fn binding(name: &str, policy: &str) -> Binding {
+        crate::api::binding_from_json(
+            &json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
+                "spec": {"policyName": policy}}),
+            SourceRef::default(),
+        )
+        .expect("valid binding")
+    }
+
+    /// The admission of `request` by `set`, with built-in schemas and no
+    /// cluster objects.
+    fn admit(set: &PolicySet, request: &AdmissionRequest, resources: &ResourceTable) -> Outcome {
+        let cluster = ClusterObjects::default();
+        let ctx = AdmissionContext {
+            cluster: &cluster,
+            schemas: &SchemaStore::builtin(),
+            resources,
+            authorizer: &crate::authorizer::AlwaysDeny,
+        };
+        set.admit(request, &ctx)
+    }
+
     // A mutation that reads no variable is evaluated once and its result
     // kept: every later request must still get the mutation applied to its
     // own object, as if the expression ran again.
@@ -1259,23 +1308,9 @@ mod tests {
                     {"expression": "Object{data: {'size': string(size(object.data))}}"}}
             ]),
         );
-        let binding = crate::api::binding_from_json(
-            &json!({"apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "b"},
-                "spec": {"policyName": "p"}}),
-            SourceRef::default(),
-        )
-        .expect("valid binding");
-        let (set, errors) = PolicySet::new(vec![policy], vec![binding]);
+        let (set, errors) = PolicySet::new(vec![policy], vec![binding("b", "p")]);
         assert!(errors.is_empty(), "{errors:?}");
-        let cluster = ClusterObjects::default();
         let resources = ResourceTable::builtin();
-        let ctx = AdmissionContext {
-            cluster: &cluster,
-            schemas: &SchemaStore::builtin(),
-            resources: &resources,
-            authorizer: &crate::authorizer::AlwaysDeny,
-        };
         for (data, size) in [
             (json!({"a": "1"}), "2"),
             (json!({"b": "2", "c": "3"}), "3"),
@@ -1284,7 +1319,7 @@ mod tests {
             let mut expected = data.clone();
             expected["constant"] = json!("yes");
             expected["size"] = json!(size);
-            match set.admit(&configmap_create(data, &resources), &ctx) {
+            match admit(&set, &configmap_create(data, &resources), &resources) {
                 Outcome::Admitted { object, .. } => {
                     assert_eq!(object["data"], expected);
                     assert_eq!(object["metadata"]["labels"], json!({"l": "v"}));
@@ -1292,6 +1327,65 @@ mod tests {
                 other => panic!("not admitted: {other:?}"),
             }
         }
+    }
+
+    // `request` is built once an admission with only the fields some
+    // policy reads: each policy must still see every field it reads,
+    // including through a variable and in a match condition.
+    #[test]
+    fn request_holds_every_field_any_policy_reads() {
+        let policy = |name: &str, variables: Json, condition: &str, mutation: &str| {
+            let mut p = configmap_policy(
+                variables,
+                json!([{"patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": mutation}}]),
+            );
+            p.name = name.into();
+            p.match_conditions = vec![crate::api::NamedExpression {
+                name: "c".into(),
+                expression: condition.into(),
+            }];
+            p
+        };
+        let policies = vec![
+            policy(
+                "a",
+                json!([{"name": "user", "expression": "request.userInfo.username"}]),
+                "request.kind.kind == 'ConfigMap'",
+                "Object{data: {'user': variables.user}}",
+            ),
+            policy(
+                "b",
+                json!([]),
+                "true",
+                "Object{data: {'op': request.operation, 'ns': request.namespace}}",
+            ),
+        ];
+        let bindings = vec![binding("a", "a"), binding("b", "b")];
+        let (set, errors) = PolicySet::new(policies.clone(), bindings.clone());
+        assert!(errors.is_empty(), "{errors:?}");
+        let read = ["kind", "namespace", "operation", "userInfo"];
+        assert_eq!(
+            set.request_fields,
+            RequestFields::Only(read.iter().map(|f| f.to_string()).collect())
+        );
+        let resources = ResourceTable::builtin();
+        let mut request = configmap_create(json!({}), &resources);
+        request.user_info.username = "alice".into();
+        match admit(&set, &request, &resources) {
+            Outcome::Admitted { object, .. } => assert_eq!(
+                object["data"],
+                json!({"user": "alice", "op": "CREATE", "ns": "default"})
+            ),
+            other => panic!("not admitted: {other:?}"),
+        }
+
+        // A policy reading `request` other than by field selections gets
+        // the whole of it built.
+        let mut whole = policies;
+        whole.push(policy("c", json!([]), "size(request) > 0", "Object{}"));
+        let (set, _) = PolicySet::new(whole, bindings);
+        assert_eq!(set.request_fields, RequestFields::All);
     }
 
     // Upstream's `plugin/cel/composition.go` (`CompositedCompiler`):
