@@ -227,11 +227,23 @@ impl Snapshot {
     /// [`Snapshot::diff`] as the JSON text serde_json makes of it, written
     /// without copying the new values first; `None` for no operation.
     pub fn diff_json(&self, right: &Value) -> Option<Vec<u8>> {
-        if self.equal(0, right) {
+        let mut text = PatchText(Vec::with_capacity(1024));
+        // Two objects (or arrays) differ exactly when the walk of their
+        // members finds an operation, so the walk alone decides; comparing
+        // them first would compare every member before the first change
+        // twice. Other values are compared first: their walk always
+        // replaces.
+        let composite = matches!(
+            (&self.nodes[0], right),
+            (Node::Object { .. }, Value::Object(_)) | (Node::Array { .. }, Value::Array(_))
+        );
+        if !composite && self.equal(0, right) {
             return None;
         }
-        let mut text = PatchText(Vec::with_capacity(1024));
         self.diff_value(0, right, &mut PointerBuf::new(), &mut text);
+        if text.0.is_empty() {
+            return None;
+        }
         text.0.push(b']');
         Some(text.0)
     }
@@ -424,6 +436,19 @@ mod tests {
             json!({"a": {"b": {"c": [1, 2]}}}),
         );
         same_as_json_patch(json!({"a": 1}), json!({"a": "1"}));
+        // Equal and empty roots of each kind: no operation.
+        for same in [
+            json!({}),
+            json!([]),
+            json!([1, {"a": []}]),
+            json!(1),
+            json!("s"),
+            Value::Null,
+        ] {
+            same_as_json_patch(same.clone(), same);
+        }
+        same_as_json_patch(json!([]), json!({}));
+        same_as_json_patch(json!(1), json!(2));
         let pod = json!({"metadata": {"name": "p", "labels": {"app": "a"}},
             "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]}});
         let mut mutated = pod.clone();
