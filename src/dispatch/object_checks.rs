@@ -72,8 +72,12 @@ impl ObjectChecks {
             .iter()
             .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
             .map(|op| op.path.as_str());
-        let roots = subtree::written_roots(patched, dests);
-        let clean = self.strict_clean && subtree::strict_clean_under(patched, ty, &roots);
+        // Found once for both checks, and only when a fact may carry over.
+        let written = (self.strict_clean || self.typed_valid).then(|| {
+            subtree::WrittenSubtrees::at(patched, ty, &subtree::written_roots(patched, dests))
+        });
+        let written = written.as_ref();
+        let clean = self.strict_clean && written.is_some_and(|w| w.strict_clean(ty));
         if !clean {
             let unknown = unknown_fields(patched, ty);
             if !unknown.is_empty() {
@@ -81,7 +85,7 @@ impl ObjectChecks {
             }
         }
         self.strict_clean = true;
-        self.typed_valid = self.typed_valid && subtree::typed_valid_under(patched, ty, &roots);
+        self.typed_valid = self.typed_valid && written.is_some_and(|w| w.typed_valid(ty));
         Vec::new()
     }
 }

@@ -45,23 +45,45 @@ pub fn written_roots<'p>(
     roots
 }
 
-/// Whether every subtree under `roots` passes strict decoding (no field `ty`
-/// does not declare). `false` also when a root's type cannot be found.
-pub fn strict_clean_under(value: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
-    roots.iter().all(|root| {
-        at(&ty.schema, &ty.spec, value, root).is_some_and(|(spec, v)| {
-            unknown::collect_at(&ty.schema, &spec, v, root.is_empty()).is_empty()
-        })
-    })
+/// The subtrees under some roots of an object, each with its type, found
+/// once for the checks below.
+pub struct WrittenSubtrees<'v> {
+    /// (type, whether it is the object's root, value); `None` when a
+    /// root's type cannot be found, which fails every check.
+    subtrees: Option<Vec<(TypeSpec, bool, &'v Value)>>,
 }
 
-/// Whether every subtree under `roots` passes SMD's typed validation (with
-/// duplicates allowed, as for a live object).
-pub fn typed_valid_under(value: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
-    roots.iter().all(|root| {
-        at(&ty.schema, &ty.spec, value, root)
-            .is_some_and(|(spec, v)| typed::validate(&ty.schema, &spec, v, true).is_empty())
-    })
+impl<'v> WrittenSubtrees<'v> {
+    /// The subtrees of `value`, of type `ty`, under `roots`.
+    pub fn at(value: &'v Value, ty: &TypeRef, roots: &[Vec<String>]) -> Self {
+        let subtrees = roots
+            .iter()
+            .map(|root| {
+                at(&ty.schema, &ty.spec, value, root).map(|(spec, v)| (spec, root.is_empty(), v))
+            })
+            .collect();
+        WrittenSubtrees { subtrees }
+    }
+
+    /// Whether every subtree passes strict decoding (no field `ty` does not
+    /// declare).
+    pub fn strict_clean(&self, ty: &TypeRef) -> bool {
+        self.subtrees.as_ref().is_some_and(|subtrees| {
+            subtrees
+                .iter()
+                .all(|(spec, root, v)| unknown::collect_at(&ty.schema, spec, v, *root).is_empty())
+        })
+    }
+
+    /// Whether every subtree passes SMD's typed validation (with duplicates
+    /// allowed, as for a live object).
+    pub fn typed_valid(&self, ty: &TypeRef) -> bool {
+        self.subtrees.as_ref().is_some_and(|subtrees| {
+            subtrees
+                .iter()
+                .all(|(spec, _, v)| typed::validate(&ty.schema, spec, v, true).is_empty())
+        })
+    }
 }
 
 /// The value at `path` (object keys only) and its type.
@@ -96,6 +118,14 @@ mod tests {
         SchemaStore::builtin()
             .lookup("", "v1", "Pod")
             .expect("Pod schema")
+    }
+
+    fn strict_clean_under(obj: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
+        WrittenSubtrees::at(obj, ty, roots).strict_clean(ty)
+    }
+
+    fn typed_valid_under(obj: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
+        WrittenSubtrees::at(obj, ty, roots).typed_valid(ty)
     }
 
     #[test]
