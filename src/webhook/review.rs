@@ -195,36 +195,8 @@ struct ResponseOut<'a> {
     allowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Base64<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
-}
-
-/// Bytes written as a base64 JSON string.
-///
-/// The base64 alphabet needs no JSON escaping, so the string goes out as a
-/// raw value instead of through the escaping writer, which checks each of
-/// its bytes (a patch of a few KB).
-struct Base64<'a>(&'a [u8]);
-
-impl Serialize for Base64<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use base64::Engine;
-        let engine = &base64::engine::general_purpose::STANDARD;
-        let mut quoted = String::with_capacity(self.0.len().div_ceil(3) * 4 + 2);
-        quoted.push('"');
-        engine.encode_string(self.0, &mut quoted);
-        quoted.push('"');
-        match serde_json::value::RawValue::from_string(quoted) {
-            Ok(raw) => raw.serialize(serializer),
-            // Not reached (a quoted base64 string is valid JSON); kept so
-            // that the patch is never lost.
-            Err(_) => serializer.serialize_str(&engine.encode(self.0)),
-        }
-    }
 }
 
 #[derive(Serialize)]
@@ -276,12 +248,45 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
                 reason: status_reason(*code),
                 code: *code,
             }),
-            patch: answer.patch.as_deref().map(Base64),
-            patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
             warnings: &answer.warnings,
         },
     };
-    serde_json::to_vec(&review).unwrap_or_default()
+    let mut out = serde_json::to_vec(&review).unwrap_or_default();
+    if let Some(patch) = &answer.patch {
+        append_patch(&mut out, patch);
+    }
+    out
+}
+
+/// Adds `patchType` and the base64 `patch` to the end of the `response`
+/// object that closes `review`, the compact text of a [`ReviewOut`].
+///
+/// The base64 alphabet needs no JSON escaping, so the encoding is written
+/// as it is: a serializer would check each of its bytes (a patch of a few
+/// KB) for characters to escape.
+fn append_patch(review: &mut Vec<u8>, patch: &[u8]) {
+    use base64::Engine;
+    // `response`, never empty, is the last field: the text ends by closing
+    // it and the review.
+    debug_assert!(review.ends_with(b"}}"));
+    review.truncate(review.len().saturating_sub(2));
+    review.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+    let engine = &base64::engine::general_purpose::STANDARD;
+    let start = review.len();
+    // Encoded in place; the sized buffer cannot be short, but should it
+    // be, the patch is encoded on its own rather than lost.
+    let encoded = base64::encoded_len(patch.len(), true).and_then(|len| {
+        review.resize(start + len, 0);
+        engine.encode_slice(patch, &mut review[start..]).ok()
+    });
+    match encoded {
+        Some(written) => review.truncate(start + written),
+        None => {
+            review.truncate(start);
+            review.extend_from_slice(engine.encode(patch).as_bytes());
+        }
+    }
+    review.extend_from_slice(b"\"}}");
 }
 
 #[cfg(test)]
@@ -360,6 +365,24 @@ mod tests {
             .unwrap();
         let patch: Json = serde_json::from_slice(&patch).unwrap();
         assert_eq!(patch, json!([{"op": "add", "path": "/b", "value": 2}]));
+
+        // With warnings, a longer patch and a uid to escape.
+        let original = json!({"a": "x".repeat(1000)});
+        let changed = json!({"a": "y".repeat(1000), "c": "\u{e9}"});
+        let warned = Answer::admit(&original, &changed, vec!["w \"1\"".into(), "w2".into()]);
+        let text = encode(ReviewVersion::V1, "u\"2", &warned);
+        let out: Json = serde_json::from_slice(&text).unwrap();
+        assert_eq!(out["kind"], "AdmissionReview");
+        assert_eq!(out["response"]["uid"], "u\"2");
+        assert_eq!(out["response"]["warnings"], json!(["w \"1\"", "w2"]));
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(out["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let mut patched = original.clone();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        assert_eq!(patched, changed);
 
         let same = Answer::admit(&json!({"a": 1}), &json!({"a": 1}), vec![]);
         let out: Json = serde_json::from_slice(&encode(ReviewVersion::V1, "u", &same)).unwrap();
