@@ -199,6 +199,13 @@ impl Snapshot {
         &self.text[span.start..span.start + span.len]
     }
 
+    /// The text at `span` as bytes: no character-boundary checks, which
+    /// slicing a `str` makes (the spans were cut at the ends of whole
+    /// strings).
+    fn bytes(&self, span: Span) -> &[u8] {
+        &self.text.as_bytes()[span.start..span.start + span.len]
+    }
+
     fn members(&self, start: usize, len: usize) -> impl Iterator<Item = (&str, usize)> + Clone {
         self.members[start..start + len]
             .iter()
@@ -210,7 +217,7 @@ impl Snapshot {
         let members = &self.members[start..start + len];
         // Keys are in `Map` order, which is byte order.
         members
-            .binary_search_by(|&(k, _)| self.text(k).cmp(key))
+            .binary_search_by(|&(k, _)| self.bytes(k).cmp(key.as_bytes()))
             .ok()
             .map(|i| members[i].1)
     }
@@ -362,9 +369,9 @@ impl Snapshot {
                 if len != r.len() {
                     return false;
                 }
-                let mut pairs = self.members(start, len).zip(r.iter());
-                for ((lk, lv), (rk, rv)) in pairs.by_ref() {
-                    if lk != rk {
+                let mut pairs = self.members[start..start + len].iter().zip(r.iter());
+                for (&(lk, lv), (rk, rv)) in pairs.by_ref() {
+                    if !self.text_is(lk, rk) {
                         // Out of step: the rest by lookup.
                         return self
                             .members(start, len)
@@ -386,9 +393,15 @@ impl Snapshot {
             (Node::Null, Value::Null) => true,
             (Node::Bool(a), Value::Bool(b)) => a == b,
             (Node::Number(a), Value::Number(b)) => a == b,
-            (&Node::String(span), Value::String(b)) => self.text(span) == b,
+            (&Node::String(span), Value::String(b)) => self.text_is(span, b),
             _ => false,
         }
+    }
+
+    /// Whether the text at `span` is `s`.
+    #[inline]
+    fn text_is(&self, span: Span, s: &str) -> bool {
+        span.len == s.len() && self.bytes(span) == s.as_bytes()
     }
 }
 
@@ -449,6 +462,11 @@ mod tests {
         }
         same_as_json_patch(json!([]), json!({}));
         same_as_json_patch(json!(1), json!(2));
+        // Keys and strings outside ASCII, compared and looked up as bytes.
+        same_as_json_patch(
+            json!({"é": "ü", "z": {"ß": "x", "a": 1}}),
+            json!({"é": "ü", "z": {"ß": "y", "a": 1, "ä": []}, "ö": "é"}),
+        );
         let pod = json!({"metadata": {"name": "p", "labels": {"app": "a"}},
             "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]}});
         let mut mutated = pod.clone();
