@@ -650,7 +650,7 @@ impl PolicySet {
         // none of whose invocations is due stops here (matching and params
         // ran, as upstream's do).
         let reinvocable = policy.reinvocation_policy == ReinvocationPolicy::IfNeeded;
-        let keys: Vec<Option<String>> = params
+        let keys: smallvec::SmallVec<[Option<String>; 1]> = params
             .iter()
             .map(|param| {
                 reinvocable.then(|| {

@@ -7,6 +7,12 @@ use super::AdmissionContext;
 use crate::api::{Binding, ParameterNotFoundAction, Policy};
 use crate::request::AdmissionRequest;
 use serde_json::Value as Json;
+use smallvec::{smallvec, SmallVec};
+
+/// The params of one binding, one invocation each. Most bindings have
+/// none, and run once with null params: one inline slot spares an
+/// allocation per binding and request.
+pub type Params = SmallVec<[Option<Json>; 1]>;
 
 /// The params of one binding: `[None]` runs the policy once with null
 /// params, an empty list runs nothing.
@@ -15,13 +21,13 @@ pub fn collect(
     binding: &Binding,
     request: &AdmissionRequest,
     ctx: &AdmissionContext<'_>,
-) -> Result<Vec<Option<Json>>, String> {
+) -> Result<Params, String> {
     let Some(kind) = &policy.param_kind else {
-        return Ok(vec![None]);
+        return Ok(smallvec![None]);
     };
     let Some(param_ref) = &binding.param_ref else {
         // ParamKind is set but the binding does not use it: null params.
-        return Ok(vec![None]);
+        return Ok(smallvec![None]);
     };
     let namespaced = ctx
         .resources
@@ -62,7 +68,7 @@ pub fn collect(
         .collect();
     if found.is_empty() {
         return match param_ref.parameter_not_found_action {
-            ParameterNotFoundAction::Allow => Ok(vec![]),
+            ParameterNotFoundAction::Allow => Ok(Params::new()),
             ParameterNotFoundAction::Deny => {
                 Err("failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction".into())
             }
