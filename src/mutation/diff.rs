@@ -99,7 +99,13 @@ struct PatchText(Vec<u8>);
 
 impl PatchText {
     fn op(&mut self, op: &str, path: &PointerBuf, value: Option<&Value>) {
-        self.0.push(if self.0.is_empty() { b'[' } else { b',' });
+        if self.0.is_empty() {
+            // Room for a typical patch, taken only once there is one.
+            self.0.reserve(1024);
+            self.0.push(b'[');
+        } else {
+            self.0.push(b',');
+        }
         self.0.extend_from_slice(b"{\"op\":\"");
         self.0.extend_from_slice(op.as_bytes());
         self.0.extend_from_slice(b"\",\"path\":");
@@ -225,16 +231,24 @@ impl Snapshot {
     /// The patch that turns the snapshotted value into `right`.
     pub fn diff(&self, right: &Value) -> Patch {
         let mut patch = Vec::new();
-        if !self.equal(0, right) {
-            self.diff_value(0, right, &mut PointerBuf::new(), &mut patch);
-        }
+        self.diff_root(right, &mut patch);
         Patch(patch)
     }
 
     /// [`Snapshot::diff`] as the JSON text serde_json makes of it, written
     /// without copying the new values first; `None` for no operation.
     pub fn diff_json(&self, right: &Value) -> Option<Vec<u8>> {
-        let mut text = PatchText(Vec::with_capacity(1024));
+        let mut text = PatchText(Vec::new());
+        self.diff_root(right, &mut text);
+        if text.0.is_empty() {
+            return None;
+        }
+        text.0.push(b']');
+        Some(text.0)
+    }
+
+    /// The operations that turn the snapshotted value into `right`.
+    fn diff_root(&self, right: &Value, patch: &mut impl OpSink) {
         // Two objects (or arrays) differ exactly when the walk of their
         // members finds an operation, so the walk alone decides; comparing
         // them first would compare every member before the first change
@@ -244,15 +258,9 @@ impl Snapshot {
             (&self.nodes[0], right),
             (Node::Object { .. }, Value::Object(_)) | (Node::Array { .. }, Value::Array(_))
         );
-        if !composite && self.equal(0, right) {
-            return None;
+        if composite || !self.equal(0, right) {
+            self.diff_value(0, right, &mut PointerBuf::new(), patch);
         }
-        self.diff_value(0, right, &mut PointerBuf::new(), &mut text);
-        if text.0.is_empty() {
-            return None;
-        }
-        text.0.push(b']');
-        Some(text.0)
     }
 
     /// The operations for node `left` and `right`, which differ. Equal
