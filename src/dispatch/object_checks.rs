@@ -11,7 +11,8 @@
 
 use crate::mutation::apply_configuration::LiveObject;
 use crate::mutation::json_patch::PatchOperation;
-use crate::schema::{subtree, unknown_fields, TypeRef};
+use crate::schema::subtree::{self, WrittenSubtrees};
+use crate::schema::{unknown_fields, TypeRef};
 use serde_json::Value as Json;
 
 /// Facts about the current object of an admission, for one schema type.
@@ -73,11 +74,10 @@ impl ObjectChecks {
             .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
             .map(|op| op.path.as_str());
         // Found once for both checks, and only when a fact may carry over.
-        let written = (self.strict_clean || self.typed_valid).then(|| {
-            subtree::WrittenSubtrees::at(patched, ty, &subtree::written_roots(patched, dests))
-        });
+        let written = (self.strict_clean || self.typed_valid)
+            .then(|| WrittenSubtrees::at(patched, ty, &subtree::written_roots(patched, dests)));
         let written = written.as_ref();
-        let clean = self.strict_clean && written.is_some_and(|w| w.strict_clean(ty));
+        let clean = self.strict_clean && written.is_some_and(WrittenSubtrees::strict_clean);
         if !clean {
             let unknown = unknown_fields(patched, ty);
             if !unknown.is_empty() {
@@ -85,7 +85,7 @@ impl ObjectChecks {
             }
         }
         self.strict_clean = true;
-        self.typed_valid = self.typed_valid && written.is_some_and(|w| w.typed_valid(ty));
+        self.typed_valid = self.typed_valid && written.is_some_and(WrittenSubtrees::typed_valid);
         Vec::new()
     }
 }

@@ -48,6 +48,8 @@ pub fn written_roots<'p>(
 /// The subtrees under some roots of an object, each with its type, found
 /// once for the checks below.
 pub struct WrittenSubtrees<'v> {
+    /// The object's type.
+    ty: &'v TypeRef,
     /// (type, whether it is the object's root, value); `None` when a
     /// root's type cannot be found, which fails every check.
     subtrees: Option<Vec<(TypeSpec, bool, &'v Value)>>,
@@ -55,33 +57,33 @@ pub struct WrittenSubtrees<'v> {
 
 impl<'v> WrittenSubtrees<'v> {
     /// The subtrees of `value`, of type `ty`, under `roots`.
-    pub fn at(value: &'v Value, ty: &TypeRef, roots: &[Vec<String>]) -> Self {
+    pub fn at(value: &'v Value, ty: &'v TypeRef, roots: &[Vec<String>]) -> Self {
         let subtrees = roots
             .iter()
             .map(|root| {
                 at(&ty.schema, &ty.spec, value, root).map(|(spec, v)| (spec, root.is_empty(), v))
             })
             .collect();
-        WrittenSubtrees { subtrees }
+        WrittenSubtrees { ty, subtrees }
     }
 
-    /// Whether every subtree passes strict decoding (no field `ty` does not
-    /// declare).
-    pub fn strict_clean(&self, ty: &TypeRef) -> bool {
+    /// Whether every subtree passes strict decoding (no field its type does
+    /// not declare).
+    pub fn strict_clean(&self) -> bool {
         self.subtrees.as_ref().is_some_and(|subtrees| {
-            subtrees
-                .iter()
-                .all(|(spec, root, v)| unknown::collect_at(&ty.schema, spec, v, *root).is_empty())
+            subtrees.iter().all(|(spec, root, v)| {
+                unknown::collect_at(&self.ty.schema, spec, v, *root).is_empty()
+            })
         })
     }
 
     /// Whether every subtree passes SMD's typed validation (with duplicates
     /// allowed, as for a live object).
-    pub fn typed_valid(&self, ty: &TypeRef) -> bool {
+    pub fn typed_valid(&self) -> bool {
         self.subtrees.as_ref().is_some_and(|subtrees| {
             subtrees
                 .iter()
-                .all(|(spec, _, v)| typed::validate(&ty.schema, spec, v, true).is_empty())
+                .all(|(spec, _, v)| typed::validate(&self.ty.schema, spec, v, true).is_empty())
         })
     }
 }
@@ -121,11 +123,11 @@ mod tests {
     }
 
     fn strict_clean_under(obj: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
-        WrittenSubtrees::at(obj, ty, roots).strict_clean(ty)
+        WrittenSubtrees::at(obj, ty, roots).strict_clean()
     }
 
     fn typed_valid_under(obj: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
-        WrittenSubtrees::at(obj, ty, roots).typed_valid(ty)
+        WrittenSubtrees::at(obj, ty, roots).typed_valid()
     }
 
     #[test]
