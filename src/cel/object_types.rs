@@ -7,7 +7,7 @@
 //! (`CheckTypeNamesMatchFieldPathNames`). kmutate rewrites every
 //! `Object...{}` literal to construct the one registered `Object` struct
 //! type, passing the written name in a hidden field (see `rewrite`), which
-//! builds an [`StructValue`] of that name.
+//! builds a [`StructValue`] of that name.
 
 use cel::common::traits::{Indexer, Zeroer};
 use cel::common::types::{CelOptional, CelString, Type};
@@ -89,7 +89,7 @@ struct StructData<'v> {
     fields: Vec<(String, Box<dyn Val + 'v>)>,
 }
 
-/// What [`StructValue::as_any`](Val::as_any) answers: it tells an
+/// What [`StructValue::as_any`](Val::as_any) answers: it tells a
 /// `StructValue` from any other value (see [`as_struct`]).
 struct StructMarker;
 
@@ -99,14 +99,14 @@ static STRUCT_MARKER: StructMarker = StructMarker;
 static STRUCT_VALUE_TYPE: std::sync::LazyLock<Type> =
     std::sync::LazyLock::new(|| Type::new_struct(OBJECT_TYPE.to_string()));
 
-/// `value` as an [`StructValue`], if it is one.
+/// `value` as a [`StructValue`], if it is one.
 pub fn as_struct<'b, 'v>(value: &'b (dyn Val + 'v)) -> Option<&'b StructValue<'v>> {
     if value
         .as_any()
         .is_some_and(|any| any.downcast_ref::<StructMarker>().is_some())
     {
         // SAFETY: only `StructValue` answers `as_any` with the private
-        // `StructMarker`, so the value is an `StructValue<'v>` (its lifetime
+        // `StructMarker`, so the value is a `StructValue<'v>` (its lifetime
         // bound is the trait object's).
         Some(unsafe { &*(value as *const (dyn Val + 'v) as *const StructValue<'v>) })
     } else {
