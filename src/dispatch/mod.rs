@@ -18,11 +18,11 @@ use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
-use crate::mutation::apply_configuration::apply_configuration_in_place;
+use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects, RequestFields};
 use crate::schema::model::FastHash;
-use crate::schema::SchemaStore;
+use crate::schema::{SchemaStore, TypeRef};
 use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelBool, CelList, CelString};
 use cel::common::value::Val;
@@ -856,6 +856,8 @@ impl PolicySet {
                     }
                     _ => None,
                 };
+                // This pass's result, to be remembered for the next once applied.
+                let mut first = None;
                 let result = match (constant.and_then(OnceLock::get), remembered) {
                     (Some(value), _) => Ok(value.clone()),
                     (None, Some(first)) => Ok(first.value),
@@ -887,14 +889,10 @@ impl PolicySet {
                             (&key, &state.reinvoke, constant, &result)
                         {
                             if !compiled.reads_authorizer {
-                                let first = FirstResult::new(&versioned, object_access, value);
-                                state
-                                    .first_results
-                                    .entry((key.clone(), index))
-                                    // Two invocations with one key (params
-                                    // without names): neither is reused.
-                                    .and_modify(|kept| *kept = None)
-                                    .or_insert(Some(first));
+                                first = Some((
+                                    key.clone(),
+                                    FirstResult::new(&versioned, object_access, value),
+                                ));
                             }
                         }
                         result
@@ -913,10 +911,29 @@ impl PolicySet {
                     outcome = Err(status);
                     break;
                 };
-                match result
+                let applied = result
                     .map_err(StepError::Policy)
-                    .and_then(|m| apply_mutation(&mut versioned, m, schema, &mut state.checks))
-                {
+                    .and_then(|m| apply_mutation(&mut versioned, m, schema, &mut state.checks));
+                if applied.is_ok() {
+                    // The kept copies skip the patch checks when merged as
+                    // this type again.
+                    if let Some(value) = constant.and_then(OnceLock::get) {
+                        value.merged_as(schema);
+                    }
+                    if let Some((_, kept)) = &first {
+                        kept.value.merged_as(schema);
+                    }
+                }
+                if let Some((key, kept)) = first {
+                    state
+                        .first_results
+                        .entry((key, index))
+                        // Two invocations with one key (params without
+                        // names): neither is reused.
+                        .and_modify(|kept| *kept = None)
+                        .or_insert(Some(kept));
+                }
+                match applied {
                     Ok(changed) => {
                         observe(&versioned, None);
                         invocation_changed |= changed;
@@ -1079,10 +1096,12 @@ fn apply_mutation(
     checks: &mut ObjectChecks,
 ) -> Result<bool, StepError> {
     match value {
-        MutationValue::Apply(patch) => {
+        MutationValue::Apply(applied) => {
             let live = checks.live(schema);
-            let changed = apply_configuration_in_place(object, live, patch, schema)
-                .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
+            let known_patch = applied.checks_for(schema);
+            let changed =
+                apply_configuration_in_place(object, live, applied.patch, known_patch, schema)
+                    .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
             Ok(changed)
         }
@@ -1165,8 +1184,40 @@ fn param_key(param: &Json) -> String {
 /// A mutation expression's result, ready to apply.
 #[derive(Debug, Clone)]
 enum MutationValue {
-    Apply(Json),
+    Apply(AppliedConfiguration),
     Patch(Vec<PatchOperation>),
+}
+
+/// An ApplyConfiguration expression's value.
+#[derive(Debug, Clone)]
+struct AppliedConfiguration {
+    patch: Json,
+    /// The type this value passed the patch checks of (schema validation and
+    /// the search for atomic values) in an earlier merge, set on the copy
+    /// that is kept for reuse: a constant expression's, or the first pass's
+    /// result remembered for the reinvocation pass.
+    passed: OnceLock<TypeRef>,
+}
+
+impl AppliedConfiguration {
+    /// What is known of this value's patch checks for a merge as `ty`.
+    fn checks_for(&self, ty: &TypeRef) -> PatchChecks {
+        if self.passed.get().is_some_and(|t| t.same_as(ty)) {
+            PatchChecks::Passed
+        } else {
+            PatchChecks::Unchecked
+        }
+    }
+}
+
+impl MutationValue {
+    /// Records that this value, if an applied configuration, merged as `ty`
+    /// (so it passed the patch checks for `ty`).
+    fn merged_as(&self, ty: &TypeRef) {
+        if let MutationValue::Apply(applied) = self {
+            let _ = applied.passed.set(ty.clone());
+        }
+    }
 }
 
 fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
@@ -1178,7 +1229,12 @@ fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
             v.get_type().name()
         ));
     };
-    object_to_json(st).map(MutationValue::Apply)
+    object_to_json(st).map(|patch| {
+        MutationValue::Apply(AppliedConfiguration {
+            patch,
+            passed: OnceLock::new(),
+        })
+    })
 }
 
 fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
@@ -1325,6 +1381,58 @@ mod tests {
                     assert_eq!(object["metadata"]["labels"], json!({"l": "v"}));
                 }
                 other => panic!("not admitted: {other:?}"),
+            }
+        }
+    }
+
+    // A constant applied configuration skips the patch checks when merged
+    // again as a type it passed them for: merged as another type, its
+    // errors must still be found (here `data`, which a Pod does not have),
+    // whichever type comes first.
+    #[test]
+    fn a_constant_configuration_is_checked_again_for_another_type() {
+        let mut policy = configmap_policy(
+            json!([]),
+            json!([{"patchType": "ApplyConfiguration", "applyConfiguration":
+                {"expression": "Object{data: {'constant': 'yes'}}"}}]),
+        );
+        policy.match_constraints.resource_rules[0]
+            .resources
+            .push("pods".into());
+        policy.failure_policy = FailurePolicy::Fail;
+        let resources = ResourceTable::builtin();
+        let configmap = configmap_create(json!({"a": "1"}), &resources);
+        let mut pod = configmap_create(json!({}), &resources);
+        pod.kind.kind = "Pod".into();
+        pod.resource.resource = "pods".into();
+        pod.object = Some(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]}}));
+        crate::matching::complete_request(&mut pod, &resources);
+        let check =
+            |set: &PolicySet, request: &AdmissionRequest| match admit(set, request, &resources) {
+                Outcome::Admitted { object, .. } => {
+                    assert_eq!(request.kind.kind, "ConfigMap");
+                    assert_eq!(object["data"], json!({"a": "1", "constant": "yes"}));
+                }
+                Outcome::Denied { message, .. } => {
+                    assert_eq!(request.kind.kind, "Pod");
+                    assert_eq!(
+                        message,
+                        "policy 'p' with binding 'b' denied request: error applying patch: \
+                     failed to convert patch object to typed object: \
+                     .data: field not declared in schema"
+                    );
+                }
+            };
+        for order in [
+            [&configmap, &pod, &configmap, &pod],
+            [&pod, &configmap, &pod, &configmap],
+        ] {
+            let (set, errors) = PolicySet::new(vec![policy.clone()], vec![binding("b", "p")]);
+            assert!(errors.is_empty(), "{errors:?}");
+            for request in order {
+                check(&set, request);
             }
         }
     }

@@ -74,6 +74,20 @@ pub enum LiveObject {
     Valid,
 }
 
+/// What the caller knows of an applied configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchChecks {
+    /// Nothing: it is validated against the schema and searched for atomic
+    /// values, as upstream does.
+    Unchecked,
+    /// The same configuration passed both checks for the same type before
+    /// (a constant expression's value, or a result reused in the
+    /// reinvocation pass), so they cannot fail. They run anyway when the
+    /// object's `apiVersion` or `kind`, which the configuration takes on, is
+    /// not a string.
+    Passed,
+}
+
 /// [`apply_configuration`], skipping the validation of `live` when it is
 /// known to pass ([`LiveObject::Valid`]).
 pub fn apply_configuration_to(
@@ -83,13 +97,20 @@ pub fn apply_configuration_to(
     ty: &TypeRef,
 ) -> Result<Value, ApplyError> {
     let mut merged = live.clone();
-    apply_configuration_in_place(&mut merged, known, patch.clone(), ty)?;
+    apply_configuration_in_place(
+        &mut merged,
+        known,
+        patch.clone(),
+        PatchChecks::Unchecked,
+        ty,
+    )?;
     Ok(merged)
 }
 
 /// [`apply_configuration_to`] on the object itself: `live` becomes the
 /// merged object, and the answer says whether it changed. On an error
 /// `live` is untouched: every error is found before anything is written.
+/// The patch checks are skipped when `known_patch` says they passed.
 ///
 /// Only the subtrees the patch reaches are rebuilt; the rest of the object is
 /// neither copied nor compared, which is what makes a small patch on a large
@@ -99,13 +120,18 @@ pub fn apply_configuration_in_place(
     live: &mut Value,
     known: LiveObject,
     mut patch: Value,
+    known_patch: PatchChecks,
     ty: &TypeRef,
 ) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
+    // Checks passed before (`known_patch`) had strings, or nothing, in the
+    // two fields the patch takes on from the object.
+    let mut taken_are_strings = true;
     if let Value::Object(p) = &mut patch {
         for field in ["apiVersion", "kind"] {
             match live.get(field) {
                 Some(v) => {
+                    taken_are_strings &= v.is_string();
                     p.insert(field.to_string(), v.clone());
                 }
                 None => {
@@ -115,15 +141,17 @@ pub fn apply_configuration_in_place(
         }
     }
 
-    let errs = typed::validate(schema, &ty.spec, &patch, false);
-    if !errs.is_empty() {
-        return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
-    }
+    if known_patch == PatchChecks::Unchecked || !taken_are_strings {
+        let errs = typed::validate(schema, &ty.spec, &patch, false);
+        if !errs.is_empty() {
+            return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
+        }
 
-    let mut atomics = Vec::new();
-    find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
-    if !atomics.is_empty() {
-        return Err(ApplyError::AtomicMutation(atomics));
+        let mut atomics = Vec::new();
+        find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
+        if !atomics.is_empty() {
+            return Err(ApplyError::AtomicMutation(atomics));
+        }
     }
 
     if known == LiveObject::Unchecked {
@@ -1234,14 +1262,26 @@ mod tests {
         let same =
             json!({"spec": {"replicas": 1, "template": {"metadata": {"labels": {"a": "1"}}}}});
         assert_eq!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, same.clone(), &ty),
+            apply_configuration_in_place(
+                &mut object,
+                LiveObject::Unchecked,
+                same.clone(),
+                PatchChecks::Unchecked,
+                &ty
+            ),
             Ok(false)
         );
         assert_eq!(object, live);
         // A new label lands after the existing one; untouched fields stay.
         let add = json!({"spec": {"template": {"metadata": {"labels": {"b": "2"}}}}});
         assert_eq!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, add.clone(), &ty),
+            apply_configuration_in_place(
+                &mut object,
+                LiveObject::Unchecked,
+                add.clone(),
+                PatchChecks::Unchecked,
+                &ty
+            ),
             Ok(true)
         );
         assert_eq!(
@@ -1251,11 +1291,43 @@ mod tests {
         // A failing merge leaves the object as it was.
         let before = object.clone();
         let bad = json!({"spec": {"replicas": "three", "paused": true}});
-        assert!(
-            apply_configuration_in_place(&mut object, LiveObject::Unchecked, bad.clone(), &ty)
-                .is_err()
-        );
+        assert!(apply_configuration_in_place(
+            &mut object,
+            LiveObject::Unchecked,
+            bad.clone(),
+            PatchChecks::Unchecked,
+            &ty
+        )
+        .is_err());
         assert_eq!(object, before);
+    }
+
+    #[test]
+    fn passed_patch_checks_run_when_the_object_kind_is_not_a_string() {
+        // The patch takes on the object's `kind`: checks it passed with a
+        // string there say nothing of a number.
+        let ty = kind("apps", "v1", "Deployment");
+        let mut live = deployment(json!({"replicas": 1}));
+        live["kind"] = json!(5);
+        let patch = json!({"spec": {"replicas": 2}});
+        let run = |known: PatchChecks| {
+            let mut object = live.clone();
+            let result = apply_configuration_in_place(
+                &mut object,
+                LiveObject::Valid,
+                patch.clone(),
+                known,
+                &ty,
+            );
+            assert_eq!(object, live);
+            result
+        };
+        let checked = run(PatchChecks::Unchecked);
+        assert!(
+            matches!(&checked, Err(ApplyError::ConvertPatch(errs)) if errs.0[0].path == ".kind"),
+            "{checked:?}"
+        );
+        assert_eq!(run(PatchChecks::Passed), checked);
     }
 
     // --- structured-merge-diff typed/merge_test.go TestMerge triplets ---
