@@ -527,6 +527,7 @@ impl PolicySet {
             reinvoke: None,
             invoked_if_needed: BTreeSet::new(),
             first_results: HashMap::default(),
+            quiet: BindingSet::default(),
             changed: false,
             errors: Vec::new(),
             observer,
@@ -540,16 +541,36 @@ impl PolicySet {
                 ..*ctx
             };
             state.changed = false;
-            for (binding, pi) in &self.bindings {
+            for (index, (binding, pi)) in self.bindings.iter().enumerate() {
+                let compiled = &self.policies[*pi];
+                // A Never binding that gave the first pass neither an error
+                // nor a missing param, and whose matching does not read the
+                // object, would give the same again before the reinvocation
+                // check stops it: this pass changes nothing else it reads.
+                let reinvocable =
+                    compiled.policy.reinvocation_policy == ReinvocationPolicy::IfNeeded;
+                if state.reinvoke.is_some() && !reinvocable && state.quiet.contains(index) {
+                    continue;
+                }
                 if observer.interrupted() {
                     return Outcome::Denied {
                         message: "admission interrupted before its end".into(),
                         code: 500,
                     };
                 }
-                if let Err(status) =
-                    self.dispatch_binding(&self.policies[*pi], binding, ctx, &mut state)
+                let errors = state.errors.len();
+                let dispatched = self.dispatch_binding(compiled, binding, ctx, &mut state);
+                let reads_object =
+                    |mr: &crate::api::MatchResources| matching::reads_object(mr, &state.attrs);
+                if state.reinvoke.is_none()
+                    && compiled.policy.param_kind.is_none()
+                    && state.errors.len() == errors
+                    && !reads_object(&compiled.policy.match_constraints)
+                    && !binding.match_resources.as_ref().is_some_and(reads_object)
                 {
+                    state.quiet.insert(index);
+                }
+                if let Err(status) = dispatched {
                     // Status errors end the admission whatever the failure policy.
                     return Outcome::Denied {
                         message: status.message,
@@ -984,6 +1005,10 @@ struct AdmissionState<'o> {
     /// mutation index, for the reinvocation pass (see [`FirstResult`]);
     /// `None` where two invocations had the same key.
     first_results: HashMap<(String, usize), Option<FirstResult>, FastHash>,
+    /// The bindings whose first-pass dispatch recorded no error, had no
+    /// params to find (and so observed no missing one), and whose matching
+    /// does not read the object.
+    quiet: BindingSet,
     /// Whether the object changed in this pass.
     changed: bool,
     /// Errors of this pass.
@@ -992,6 +1017,26 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
+}
+
+/// A set of binding indexes: a bit each, the first 256 inline.
+#[derive(Default)]
+struct BindingSet(smallvec::SmallVec<[u64; 4]>);
+
+impl BindingSet {
+    fn insert(&mut self, index: usize) {
+        let word = index / 64;
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << (index % 64);
+    }
+
+    fn contains(&self, index: usize) -> bool {
+        self.0
+            .get(index / 64)
+            .is_some_and(|word| word & (1 << (index % 64)) != 0)
+    }
 }
 
 /// A mutation's result in the first pass, with what its expression (and the
@@ -1435,6 +1480,53 @@ mod tests {
                 check(&set, request);
             }
         }
+    }
+
+    // The reinvocation pass matches the bindings again, Never ones too: one
+    // whose object selector the first pass's change makes match must then
+    // meet its namespace selector's error, as upstream's second dispatch
+    // does (no Namespace `apps` is among the cluster objects). Bindings whose
+    // matching does not read the object are not matched again.
+    #[test]
+    fn the_reinvocation_pass_matches_again_a_binding_a_change_made_match() {
+        let apply = |expression: &str| {
+            json!([{"patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": expression}}])
+        };
+        let selector = |key: &str, value: &str| crate::api::LabelSelector {
+            match_labels: [(key.to_string(), value.to_string())].into(),
+            ..Default::default()
+        };
+        let mut labeler = configmap_policy(
+            json!([]),
+            apply("Object{metadata: Object.metadata{labels: {'x': 'y'}}}"),
+        );
+        labeler.name = "labeler".into();
+        labeler.reinvocation_policy = ReinvocationPolicy::IfNeeded;
+        let mut selective = configmap_policy(json!([]), apply("Object{data: {'seen': 'yes'}}"));
+        selective.name = "selective".into();
+        selective.failure_policy = FailurePolicy::Fail;
+        selective.match_constraints.object_selector = selector("x", "y");
+        selective.match_constraints.namespace_selector = selector("team", "a");
+        // Bindings run in name order: `selective` first, before the label.
+        let bindings = vec![binding("a", "selective"), binding("b", "labeler")];
+        let (set, errors) = PolicySet::new(vec![selective, labeler], bindings);
+        assert!(errors.is_empty(), "{errors:?}");
+        let resources = ResourceTable::builtin();
+        let mut request = configmap_create(json!({}), &resources);
+        request.namespace = "apps".into();
+        if let Some(object) = &mut request.object {
+            object["metadata"]["namespace"] = json!("apps");
+        }
+        assert_eq!(
+            admit(&set, &request, &resources),
+            Outcome::Denied {
+                message: "policy 'selective' with binding 'a' denied request: \
+                          failed to configure policy: namespaces \"apps\" not found"
+                    .into(),
+                code: 403
+            }
+        );
     }
 
     // `request` is built once an admission with only the fields some

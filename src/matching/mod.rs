@@ -194,6 +194,15 @@ pub fn matches(
     Ok(Some(matched))
 }
 
+/// Whether [`matches`] reads the request's object (or old object) under
+/// `constraints`: through an object selector, or through a namespace
+/// selector on a Namespace, which selects by its own labels. When it does
+/// not, its answer and its errors stay the same however the object changes.
+pub fn reads_object(constraints: &MatchResources, req: &AdmissionRequest) -> bool {
+    !constraints.object_selector.is_empty()
+        || (req.resource.resource == "namespaces" && !constraints.namespace_selector.is_empty())
+}
+
 /// The labels an object has when the API server sees it: a named core/v1
 /// Namespace also carries `kubernetes.io/metadata.name` (defaulting).
 fn effective_labels(obj: &Value) -> BTreeMap<String, String> {

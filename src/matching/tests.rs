@@ -653,6 +653,53 @@ fn namespace_selector_uses_the_request_namespace() {
     assert!(run_in(&c, &r, &cluster, &t).unwrap().is_some());
 }
 
+// `reads_object` says when `matches` may answer (or fail) differently for
+// another object: for each constraint, two objects that differ only in
+// their labels (and a missing namespace, whose error an object selector
+// hides) must match alike whenever it says no, and do not when it says yes.
+#[test]
+fn matching_reads_the_object_only_where_reads_object_says() {
+    let t = ResourceTable::builtin();
+    let cluster = ClusterObjects::new(vec![ns_obj("ns", json!({"env": "prod"}))]);
+    let object = |kind: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": "ns", "namespace": "ns", "labels": labels}})
+    };
+    let with = |mut r: AdmissionRequest, namespace: &str, o: Value| {
+        r.namespace = namespace.into();
+        r.object = Some(o);
+        r
+    };
+    let pod = attrs(gvk("", "v1", "Pod"), gvr("", "v1", "pods"), "");
+    let mut namespace = attrs(gvk("", "v1", "Namespace"), gvr("", "v1", "namespaces"), "");
+    namespace.namespace.clear();
+    let everything = constraints(vec![rule(&["*"], &["*"], &["*"])]);
+    let mut by_object = everything.clone();
+    by_object.object_selector = selector(&[("env", "prod")]);
+    let mut by_namespace = everything.clone();
+    by_namespace.namespace_selector = selector(&[("env", "prod")]);
+    let mut by_both = by_object.clone();
+    by_both.namespace_selector = selector(&[("env", "prod")]);
+    let cases = [
+        (&everything, &pod, "ns", false),
+        (&by_object, &pod, "ns", true),
+        (&by_namespace, &pod, "ns", false),
+        (&by_namespace, &pod, "missing", false),
+        (&by_both, &pod, "missing", true),
+        (&everything, &namespace, "", false),
+        (&by_object, &namespace, "", true),
+        (&by_namespace, &namespace, "", true),
+    ];
+    for (c, r, ns, reads) in cases {
+        let kind = &r.kind.kind;
+        let prod = with(r.clone(), ns, object(kind, json!({"env": "prod"})));
+        let dev = with(r.clone(), ns, object(kind, json!({"env": "dev"})));
+        assert_eq!(reads_object(c, &prod), reads, "{c:?} {kind} {ns}");
+        let alike = run_in(c, &prod, &cluster, &t) == run_in(c, &dev, &cluster, &t);
+        assert_eq!(alike, !reads, "{c:?} {kind} {ns}");
+    }
+}
+
 #[test]
 fn namespace_not_found_is_an_error_only_when_rules_match() {
     // namespace/matcher.go: a missing namespace is a 404 error; matching.go
