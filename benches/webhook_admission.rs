@@ -39,8 +39,10 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     // As the server (src/webhook/server.rs `evaluate`).
     let mut review = review::decode(body).expect("fixture decodes");
     complete_request(&mut review.request, engine.resources());
+    let prematch = engine.prematch(&review.request);
+    assert!(!engine.matched(&prematch).is_empty());
     let uid = review.request.uid.clone();
-    let answer = match engine.admit_owned(review.request, &NoMetrics) {
+    let answer = match engine.admit_prematched(review.request, Some(prematch), &NoMetrics) {
         (Outcome::Admitted { object, warnings }, original) => {
             Answer::admit_from(&original, &object, warnings)
         }

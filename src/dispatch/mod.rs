@@ -451,38 +451,59 @@ impl PolicySet {
         self.policies.len()
     }
 
-    /// The bindings that act on `request`, in dispatch order, by matching
-    /// alone (no CEL, no params): when none does, [`PolicySet::admit`]
-    /// returns the object unchanged, so a caller may skip it. A binding whose
-    /// matching fails (e.g. an unknown namespace) is included, since its
-    /// failure policy decides.
-    pub fn matching_bindings(
-        &self,
-        request: &AdmissionRequest,
-        ctx: &AdmissionContext<'_>,
-    ) -> Vec<MatchedBinding<'_>> {
+    /// Matches `request` against every binding, as the admission's first
+    /// pass would, for a caller that decides from it before the admission
+    /// ([`PolicySet::matched`]) and then hands it to
+    /// [`PolicySet::admit_prematched`].
+    pub fn prematch(&self, request: &AdmissionRequest, ctx: &AdmissionContext<'_>) -> Prematch {
         if request.object.is_none() || request.operation == "DELETE" || is_policy_object(request) {
-            return Vec::new();
+            return Prematch {
+                bindings: self.bindings.len(),
+                results: Vec::new(),
+            };
         }
+        Prematch {
+            bindings: self.bindings.len(),
+            results: self
+                .bindings
+                .iter()
+                .map(|(binding, pi)| {
+                    Some(BindingMatch::of(
+                        &self.policies[*pi].policy,
+                        binding,
+                        request,
+                        ctx,
+                    ))
+                })
+                .collect(),
+        }
+    }
+
+    /// The bindings that act on the request `prematch` was made for, in
+    /// dispatch order, by matching alone (no CEL, no params): when none
+    /// does, the admission returns the object unchanged, so a caller may
+    /// skip it. A binding whose matching fails (e.g. an unknown namespace)
+    /// is included, since its failure policy decides.
+    pub fn matched(&self, prematch: &Prematch) -> Vec<MatchedBinding<'_>> {
         self.bindings
             .iter()
-            .filter(|(binding, pi)| {
-                let policy = &self.policies[*pi].policy;
-                let matched = |mr: &crate::api::MatchResources| {
-                    !matches!(
-                        matching::matches(mr, request, ctx.cluster, ctx.resources),
-                        Ok(None)
-                    )
-                };
-                matched(&policy.match_constraints)
-                    && binding.match_resources.as_ref().is_none_or(matched)
-            })
-            .map(|(binding, pi)| MatchedBinding {
+            .zip(&prematch.results)
+            .filter(|(_, result)| result.as_ref().is_some_and(BindingMatch::acts))
+            .map(|((binding, pi), _)| MatchedBinding {
                 policy: &self.policies[*pi].policy.name,
                 binding: &binding.name,
                 failure_policy: self.policies[*pi].policy.failure_policy,
             })
             .collect()
+    }
+
+    /// [`PolicySet::matched`] of a fresh [`PolicySet::prematch`].
+    pub fn matching_bindings(
+        &self,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+    ) -> Vec<MatchedBinding<'_>> {
+        self.matched(&self.prematch(request, ctx))
     }
 
     /// Runs the admission of `request` (its object is the incoming object).
@@ -505,7 +526,21 @@ impl PolicySet {
     /// its object is mutated in place rather than copied first.
     pub fn admit_owned(
         &self,
+        request: AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+        observer: &dyn AdmissionObserver,
+    ) -> Outcome {
+        self.admit_prematched(request, None, ctx, observer)
+    }
+
+    /// [`PolicySet::admit_owned`], whose first pass takes each binding's
+    /// matching from `prematch` (made for this request by this set) while
+    /// it still holds: until a mutation changes the object, or for good
+    /// when the binding's matching does not read the object.
+    pub fn admit_prematched(
+        &self,
         mut request: AdmissionRequest,
+        prematch: Option<Prematch>,
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
     ) -> Outcome {
@@ -527,6 +562,7 @@ impl PolicySet {
             reinvoke: None,
             invoked_if_needed: BTreeSet::new(),
             first_results: HashMap::default(),
+            prematch: prematch.filter(|p| p.bindings == self.bindings.len()),
             quiet: BindingSet::default(),
             changed: false,
             errors: Vec::new(),
@@ -559,7 +595,7 @@ impl PolicySet {
                     };
                 }
                 let errors = state.errors.len();
-                let dispatched = self.dispatch_binding(compiled, binding, ctx, &mut state);
+                let dispatched = self.dispatch_binding(compiled, index, binding, ctx, &mut state);
                 let reads_object =
                     |mr: &crate::api::MatchResources| matching::reads_object(mr, &state.attrs);
                 if state.reinvoke.is_none()
@@ -612,6 +648,7 @@ impl PolicySet {
     fn dispatch_binding(
         &self,
         compiled: &CompiledPolicy,
+        index: usize,
         binding: &Binding,
         ctx: &AdmissionContext<'_>,
         state: &mut AdmissionState<'_>,
@@ -623,12 +660,27 @@ impl PolicySet {
             failure_policy: policy.failure_policy,
             message,
         };
-        let matched = match matching::matches(
-            &policy.match_constraints,
-            &state.attrs,
-            ctx.cluster,
-            ctx.resources,
-        ) {
+        let prematched = match &mut state.prematch {
+            // The first pass, on the object as matched, or on a changed one
+            // that the binding's matching does not read.
+            Some(prematch)
+                if state.reinvoke.is_none()
+                    && (!state.changed
+                        || !(matching::reads_object(&policy.match_constraints, &state.attrs)
+                            || binding
+                                .match_resources
+                                .as_ref()
+                                .is_some_and(|mr| matching::reads_object(mr, &state.attrs)))) =>
+            {
+                prematch.results.get_mut(index).and_then(Option::take)
+            }
+            _ => None,
+        };
+        let matching = match prematched {
+            Some(m) => m,
+            None => BindingMatch::of(policy, binding, &state.attrs, ctx),
+        };
+        let matched = match matching.policy {
             Ok(Some(m)) => m,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -638,16 +690,14 @@ impl PolicySet {
                 return Ok(());
             }
         };
-        if let Some(mr) = &binding.match_resources {
-            match matching::matches(mr, &state.attrs, ctx.cluster, ctx.resources) {
-                Ok(Some(_)) => {}
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    state
-                        .errors
-                        .push(error(format!("failed to configure binding: {e}")));
-                    return Ok(());
-                }
+        match matching.binding {
+            None | Some(Ok(Some(_))) => {}
+            Some(Ok(None)) => return Ok(()),
+            Some(Err(e)) => {
+                state
+                    .errors
+                    .push(error(format!("failed to configure binding: {e}")));
+                return Ok(());
             }
         }
         let params = match params::collect(policy, binding, &state.attrs, ctx) {
@@ -1005,6 +1055,8 @@ struct AdmissionState<'o> {
     /// mutation index, for the reinvocation pass (see [`FirstResult`]);
     /// `None` where two invocations had the same key.
     first_results: HashMap<(String, usize), Option<FirstResult>, FastHash>,
+    /// Each binding's matching, made before the admission, for the first pass.
+    prematch: Option<Prematch>,
     /// The bindings whose first-pass dispatch recorded no error, had no
     /// params to find (and so observed no missing one), and whose matching
     /// does not read the object.
@@ -1017,6 +1069,46 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
+}
+
+/// A request's matching against every binding of a policy set, made before
+/// its admission ([`PolicySet::prematch`]).
+pub struct Prematch {
+    /// How many bindings the set had.
+    bindings: usize,
+    /// Each binding's matching, by index, until the admission takes it;
+    /// none at all for a request the admission does not dispatch.
+    results: Vec<Option<BindingMatch>>,
+}
+
+/// How a request matched one binding: its policy's matchConstraints, then
+/// (when those matched) its own matchResources, if it has any.
+struct BindingMatch {
+    policy: Result<Option<matching::MatchedAs>, matching::MatchError>,
+    binding: Option<Result<Option<matching::MatchedAs>, matching::MatchError>>,
+}
+
+impl BindingMatch {
+    fn of(
+        policy: &Policy,
+        binding: &Binding,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+    ) -> BindingMatch {
+        let matches = |mr| matching::matches(mr, request, ctx.cluster, ctx.resources);
+        let policy = matches(&policy.match_constraints);
+        let binding = match policy {
+            Ok(Some(_)) => binding.match_resources.as_ref().map(matches),
+            _ => None,
+        };
+        BindingMatch { policy, binding }
+    }
+
+    /// Whether the binding acts on the request: it matches, or its
+    /// matching failed and its failure policy decides.
+    fn acts(&self) -> bool {
+        !matches!(self.policy, Ok(None)) && !matches!(self.binding, Some(Ok(None)))
+    }
 }
 
 /// A set of binding indexes: a bit each, the first 256 inline.
@@ -1369,6 +1461,29 @@ mod tests {
         request
     }
 
+    /// A ConfigMap CREATE in namespace `apps`, which no test lists among the
+    /// cluster objects (unlike `default`, which always exists).
+    fn configmap_create_in_apps(resources: &ResourceTable) -> AdmissionRequest {
+        let mut request = configmap_create(json!({}), resources);
+        request.namespace = "apps".into();
+        if let Some(object) = &mut request.object {
+            object["metadata"]["namespace"] = json!("apps");
+        }
+        request
+    }
+
+    /// The denial by a Fail policy whose namespaceSelector needs namespace
+    /// `apps`, which is not there.
+    fn apps_not_found(policy: &str, binding: &str) -> Outcome {
+        Outcome::Denied {
+            message: format!(
+                "policy '{policy}' with binding '{binding}' denied request: \
+                 failed to configure policy: namespaces \"apps\" not found"
+            ),
+            code: 403,
+        }
+    }
+
     /// Binding `name` of policy `policy`, on everything the policy matches.
     fn binding(name: &str, policy: &str) -> Binding {
         crate::api::binding_from_json(
@@ -1380,17 +1495,21 @@ mod tests {
         .expect("valid binding")
     }
 
-    /// The admission of `request` by `set`, with built-in schemas and no
-    /// cluster objects.
-    fn admit(set: &PolicySet, request: &AdmissionRequest, resources: &ResourceTable) -> Outcome {
+    /// `f` in the context of built-in schemas and no cluster objects.
+    fn with_context<T>(resources: &ResourceTable, f: impl FnOnce(&AdmissionContext<'_>) -> T) -> T {
         let cluster = ClusterObjects::default();
-        let ctx = AdmissionContext {
+        f(&AdmissionContext {
             cluster: &cluster,
             schemas: &SchemaStore::builtin(),
             resources,
             authorizer: &crate::authorizer::AlwaysDeny,
-        };
-        set.admit(request, &ctx)
+        })
+    }
+
+    /// The admission of `request` by `set`, with built-in schemas and no
+    /// cluster objects.
+    fn admit(set: &PolicySet, request: &AdmissionRequest, resources: &ResourceTable) -> Outcome {
+        with_context(resources, |ctx| set.admit(request, ctx))
     }
 
     // A mutation that reads no variable is evaluated once and its result
@@ -1513,20 +1632,88 @@ mod tests {
         let (set, errors) = PolicySet::new(vec![selective, labeler], bindings);
         assert!(errors.is_empty(), "{errors:?}");
         let resources = ResourceTable::builtin();
-        let mut request = configmap_create(json!({}), &resources);
-        request.namespace = "apps".into();
-        if let Some(object) = &mut request.object {
-            object["metadata"]["namespace"] = json!("apps");
-        }
+        let request = configmap_create_in_apps(&resources);
         assert_eq!(
             admit(&set, &request, &resources),
-            Outcome::Denied {
-                message: "policy 'selective' with binding 'a' denied request: \
-                          failed to configure policy: namespaces \"apps\" not found"
-                    .into(),
-                code: 403
-            }
+            apps_not_found("selective", "a")
         );
+    }
+
+    // The first pass takes each binding's matching from the prematch only
+    // while it holds: once a mutation labels the object, a later binding
+    // selecting that label matches, as it does without a prematch.
+    #[test]
+    fn a_prematch_is_not_reused_for_a_binding_a_change_made_match() {
+        let apply = |expression: &str| {
+            json!([{"patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": expression}}])
+        };
+        let mut labeler = configmap_policy(
+            json!([]),
+            apply("Object{metadata: Object.metadata{labels: {'x': 'y'}}}"),
+        );
+        labeler.name = "labeler".into();
+        let mut selective = configmap_policy(json!([]), apply("Object{data: {'seen': 'yes'}}"));
+        selective.name = "selective".into();
+        let mut selecting = binding("b", "selective");
+        let mut by_label = selective.match_constraints.clone();
+        by_label.resource_rules.clear();
+        by_label.object_selector.match_labels = [("x".to_string(), "y".to_string())].into();
+        selecting.match_resources = Some(by_label);
+        let (set, errors) = PolicySet::new(
+            vec![labeler, selective],
+            vec![binding("a", "labeler"), selecting],
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let resources = ResourceTable::builtin();
+        let request = configmap_create(json!({}), &resources);
+        let with = with_context(&resources, |ctx| {
+            let prematch = set.prematch(&request, ctx);
+            let matched: Vec<&str> = set.matched(&prematch).iter().map(|m| m.binding).collect();
+            assert_eq!(matched, ["a"]);
+            set.admit_prematched(request.clone(), Some(prematch), ctx, &NoObserver)
+        });
+        let without = admit(&set, &request, &resources);
+        match &with {
+            Outcome::Admitted { object, .. } => {
+                assert_eq!(object["metadata"]["labels"], json!({"x": "y"}));
+                assert_eq!(object["data"], json!({"seen": "yes"}));
+            }
+            other => panic!("not admitted: {other:?}"),
+        }
+        assert_eq!(with, without);
+    }
+
+    // Upstream's dispatcher records a policy's matching error without
+    // matching its bindings (`DefinitionMatches` fails, `addConfigError`,
+    // next policy): such a binding acts on the request whatever its own
+    // matchResources say, so a caller skipping unmatched requests must not
+    // skip it. The namespace `apps` is not among the cluster objects.
+    #[test]
+    fn a_binding_whose_policy_cannot_be_matched_acts_on_the_request() {
+        let mut policy = configmap_policy(
+            json!([]),
+            json!([{"patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": "Object{data: {'seen': 'yes'}}"}}]),
+        );
+        policy.failure_policy = FailurePolicy::Fail;
+        policy.match_constraints.namespace_selector.match_labels =
+            [("team".to_string(), "a".to_string())].into();
+        let mut elsewhere = binding("b", "p");
+        let mut secrets_only = policy.match_constraints.clone();
+        secrets_only.namespace_selector = Default::default();
+        secrets_only.resource_rules[0].resources = vec!["secrets".into()];
+        elsewhere.match_resources = Some(secrets_only);
+        let (set, errors) = PolicySet::new(vec![policy], vec![elsewhere]);
+        assert!(errors.is_empty(), "{errors:?}");
+        let resources = ResourceTable::builtin();
+        let request = configmap_create_in_apps(&resources);
+        let matched: Vec<String> = with_context(&resources, |ctx| {
+            let found = set.matching_bindings(&request, ctx);
+            found.iter().map(|m| m.binding.to_string()).collect()
+        });
+        assert_eq!(matched, ["b"]);
+        assert_eq!(admit(&set, &request, &resources), apps_not_found("p", "b"));
     }
 
     // `request` is built once an admission with only the fields some

@@ -5,7 +5,9 @@
 use crate::api::load;
 use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
-use crate::dispatch::{AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet};
+use crate::dispatch::{
+    AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet, Prematch,
+};
 use crate::matching::ResourceTable;
 use crate::mutation::diff::Snapshot;
 use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
@@ -244,12 +246,22 @@ impl Engine {
         }
     }
 
-    /// The bindings that act on `request`, in dispatch order, found by
-    /// matching alone (no CEL): empty means the request passes unchanged.
+    /// `request` matched against every binding, by matching alone (no CEL),
+    /// for [`Engine::matched`] and then [`Engine::admit_prematched`].
+    pub fn prematch(&self, request: &AdmissionRequest) -> Prematch {
+        self.compiled.set.prematch(request, &self.context())
+    }
+
+    /// The bindings that act on the request `prematch` was made for, in
+    /// dispatch order: empty means the request passes unchanged.
+    pub fn matched(&self, prematch: &Prematch) -> Vec<MatchedBinding<'_>> {
+        self.compiled.set.matched(prematch)
+    }
+
+    /// The bindings that act on `request` ([`Engine::matched`] of a fresh
+    /// [`Engine::prematch`]).
     pub fn matching(&self, request: &AdmissionRequest) -> Vec<MatchedBinding<'_>> {
-        self.compiled
-            .set
-            .matching_bindings(request, &self.context())
+        self.matched(&self.prematch(request))
     }
 
     /// Runs the admission of `request`, telling `observer` about each
@@ -268,11 +280,22 @@ impl Engine {
         request: AdmissionRequest,
         observer: &dyn AdmissionObserver,
     ) -> (Outcome, Snapshot) {
+        self.admit_prematched(request, None, observer)
+    }
+
+    /// [`Engine::admit_owned`], reusing the matching of `prematch` (made by
+    /// [`Engine::prematch`] for this request on this engine).
+    pub fn admit_prematched(
+        &self,
+        request: AdmissionRequest,
+        prematch: Option<Prematch>,
+        observer: &dyn AdmissionObserver,
+    ) -> (Outcome, Snapshot) {
         let original = Snapshot::of(request.object.as_ref().unwrap_or(&serde_json::Value::Null));
-        let outcome = self
-            .compiled
-            .set
-            .admit_owned(request, &self.context(), observer);
+        let outcome =
+            self.compiled
+                .set
+                .admit_prematched(request, prematch, &self.context(), observer);
         (outcome, original)
     }
 }

@@ -10,7 +10,7 @@ use super::tls::{self, CertFiles, ReloadingCert};
 use super::{format_duration, MAX_BODY_BYTES};
 use crate::api::FailurePolicy;
 use crate::authorizer::Authorizer;
-use crate::dispatch::{AdmissionObserver, Outcome};
+use crate::dispatch::{AdmissionObserver, Outcome, Prematch};
 use crate::matching::complete_request;
 use crate::request::AdmissionRequest;
 use crate::source::api::ApiConfig;
@@ -582,15 +582,17 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
         review::decode(&body).map(|mut review| {
             complete_request(&mut review.request, engine.resources());
-            let matched = engine.matching(&review.request);
+            // The admission's first pass reuses this matching.
+            let prematch = engine.prematch(&review.request);
+            let matched = engine.matched(&prematch);
             let fallback = matched
                 .iter()
                 .find(|m| m.failure_policy == FailurePolicy::Fail)
                 .map(|m| (m.policy.to_string(), m.binding.to_string()));
-            (review, matched.len(), fallback)
+            (review, matched.len(), fallback, prematch)
         })
     }));
-    let (review, matched, fallback) = match decoded {
+    let (review, matched, fallback, prematch) = match decoded {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
             let kind = match e {
@@ -640,8 +642,9 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         let metrics = metrics.clone();
         let request = review.request;
         let until = started + shared.timeout;
-        let evaluation =
-            tokio::task::spawn_blocking(move || evaluate(&engine, &metrics, request, until));
+        let evaluation = tokio::task::spawn_blocking(move || {
+            evaluate(&engine, &metrics, request, prematch, until)
+        });
         match tokio::time::timeout_at(deadline, evaluation).await {
             Ok(Ok(evaluated)) => evaluated,
             Ok(Err(join_error)) => {
@@ -652,7 +655,13 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             Err(_) => Evaluated::TimedOut,
         }
     } else {
-        evaluate(&engine, &metrics, review.request, deadline.into_std())
+        evaluate(
+            &engine,
+            &metrics,
+            review.request,
+            prematch,
+            deadline.into_std(),
+        )
     };
     let (answer, result) = match evaluated {
         Evaluated::Done(answer, result) => (answer, result),
@@ -814,6 +823,7 @@ fn evaluate(
     engine: &Engine,
     metrics: &Metrics,
     request: AdmissionRequest,
+    prematch: Prematch,
     deadline: Instant,
 ) -> Evaluated {
     let observer = RequestObserver {
@@ -824,7 +834,7 @@ fn evaluate(
     let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _interrupt = crate::cel::cost::Interrupt::at(deadline);
-        engine.admit_owned(request, &observer)
+        engine.admit_prematched(request, Some(prematch), &observer)
     }));
     if observer.interrupted() {
         return Evaluated::TimedOut;
