@@ -26,6 +26,34 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// [`provider`] with its cipher suites in the order kube-apiserver's Go
+/// client offers them on hardware with AES (crypto/tls
+/// `defaultCipherSuitesTLS13` and `cipherSuitesPreferenceOrder`):
+/// AES-128-GCM, then AES-256-GCM, then ChaCha20-Poly1305. The server takes
+/// the client's first choice, so a client of [`client_config`] (the load
+/// generator, the tests) gets the suite kube-apiserver's connections get.
+pub fn client_provider() -> Arc<CryptoProvider> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    // Stable: ECDSA before RSA within a rank, as in Go's order.
+    provider
+        .cipher_suites
+        .sort_by_key(|s| go_client_rank(s.suite()));
+    Arc::new(provider)
+}
+
+/// Where Go's client puts a suite (lower first).
+fn go_client_rank(suite: rustls::CipherSuite) -> u8 {
+    use rustls::CipherSuite as S;
+    match suite {
+        S::TLS13_AES_128_GCM_SHA256 => 0,
+        S::TLS13_AES_256_GCM_SHA384 => 1,
+        S::TLS13_CHACHA20_POLY1305_SHA256 => 2,
+        S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 3,
+        S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 | S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 4,
+        _ => 5,
+    }
+}
+
 /// ALPN protocols offered by the server, preferred first.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
@@ -313,7 +341,7 @@ pub fn client_config(
     for c in read_certs(ca)? {
         roots.add(c).map_err(|e| anyhow!("{}: {e}", ca.display()))?;
     }
-    let builder = ClientConfig::builder_with_provider(provider())
+    let builder = ClientConfig::builder_with_provider(client_provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_root_certificates(roots);
     let mut config = match identity {
@@ -435,6 +463,32 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kmutate-tls-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn clients_offer_suites_in_go_order() {
+        // Go's crypto/tls with AES hardware: defaultCipherSuitesTLS13, then
+        // the TLS 1.2 part of cipherSuitesPreferenceOrder that ring has.
+        use rustls::CipherSuite as S;
+        let offered: Vec<S> = client_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect();
+        assert_eq!(
+            offered,
+            [
+                S::TLS13_AES_128_GCM_SHA256,
+                S::TLS13_AES_256_GCM_SHA384,
+                S::TLS13_CHACHA20_POLY1305_SHA256,
+                S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+                S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+                S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+                S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+                S::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+                S::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+            ]
+        );
     }
 
     #[test]
