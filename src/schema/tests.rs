@@ -384,3 +384,38 @@ fn type_names_are_one_copy_per_name() {
         .resolve(&model::TypeSpec::named("io.k8s.api.core.v1.PodSpec"))
         .is_some());
 }
+
+// With duplicates allowed (the live object), an associative item's key is
+// checked but not kept: the errors of keys, and the paths of errors under
+// keyed items, read as they do without (SMD `listItemToPathElement`,
+// `fieldpath.Path.String`).
+#[test]
+fn keyed_items_read_alike_with_duplicates_allowed() {
+    let pod = SchemaStore::builtin().lookup("", "v1", "Pod").unwrap();
+    let cases = [
+        (
+            json!({"spec": {"containers": [{"name": "app", "image": 5}]}}),
+            r#".spec.containers[name="app"].image: expected string, got &value.valueUnstructured{Value:5}"#,
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "app", "ports": [{"containerPort": 80, "hostIP": 1}]}]}}),
+            r#".spec.containers[name="app"].ports[containerPort=80,protocol="TCP"].hostIP: expected string, got &value.valueUnstructured{Value:1}"#,
+        ),
+        (
+            json!({"spec": {"containers": [{"image": "app:1"}]}}),
+            r#".spec.containers: element 0: associative list with keys has an element that omits all key fields ["name"] (and doesn't have default values for any key fields)"#,
+        ),
+        (
+            json!({"spec": {"containers": ["app"]}}),
+            ".spec.containers: element 0: associative list with keys may not have non-map elements",
+        ),
+    ];
+    for (object, expected) in cases {
+        let lenient: Vec<String> = validate(&pod.schema, &pod.spec, &object, true)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(lenient, [expected], "{object}");
+        assert_eq!(errors(&pod, &object), lenient, "{object}");
+    }
+}

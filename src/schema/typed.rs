@@ -222,6 +222,30 @@ pub(crate) fn item_key<'a>(
     list: &'a ListView,
     child: &'a Value,
 ) -> Result<ItemKey<'a>, String> {
+    let mut fields = KeyFields::new();
+    match key_fields(schema, list, child, |name, v| fields.push((name, v)))? {
+        Some(v) => Ok(ItemKey::Value(v)),
+        None => {
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            Ok(ItemKey::Key(fields))
+        }
+    }
+}
+
+/// Whether [`item_key`] finds a key for `child`, without building it.
+fn check_item_key(schema: &SchemaData, list: &ListView, child: &Value) -> Result<(), String> {
+    key_fields(schema, list, child, |_, _| {}).map(|_| ())
+}
+
+/// The checks of [`item_key`]: `field` gets each key field of `child` (or
+/// its default), in the schema's order; the item itself is the answer when
+/// it is a set item (a list without keys).
+fn key_fields<'a>(
+    schema: &'a SchemaData,
+    list: &'a ListView,
+    child: &'a Value,
+    mut field: impl FnMut(&'a str, Cow<'a, Value>),
+) -> Result<Option<&'a Value>, String> {
     if list.relationship != Some(Relationship::Associative) {
         return Err("invalid indexing of non-associative list".into());
     }
@@ -234,7 +258,7 @@ pub(crate) fn item_key<'a>(
             Value::Null => {
                 Err("associative list without keys has an element that's an explicit null".into())
             }
-            v => Ok(ItemKey::Value(v)),
+            v => Ok(Some(v)),
         };
     }
     let m: &Map<String, Value> = match child {
@@ -242,10 +266,11 @@ pub(crate) fn item_key<'a>(
         Value::Object(m) => m,
         _ => return Err("associative list with keys may not have non-map elements".into()),
     };
-    let mut fields = KeyFields::new();
+    let mut found = 0;
     for key in &list.def.keys {
         if let Some(v) = m.get(key) {
-            fields.push((key.as_str(), Cow::Borrowed(v)));
+            field(key.as_str(), Cow::Borrowed(v));
+            found += 1;
             continue;
         }
         // SMD getAssociativeKeyDefault.
@@ -255,19 +280,19 @@ pub(crate) fn item_key<'a>(
         let map = atom.map.ok_or_else(|| {
             format!("couldn't find default value for {key}: associative list may not have non-map types")
         })?;
-        if let Some(default) = map.def.field(key).and_then(|f| f.default.clone()) {
-            fields.push((key.as_str(), Cow::Owned(default)));
+        if let Some(default) = map.def.field(key).and_then(|f| f.default.as_ref()) {
+            field(key.as_str(), Cow::Borrowed(default));
+            found += 1;
         }
     }
-    if fields.is_empty() {
+    if found == 0 {
         let keys: Vec<String> = list.def.keys.iter().map(|k| gofmt::quote(k)).collect();
         return Err(format!(
             "associative list with keys has an element that omits all key fields [{}] (and doesn't have default values for any key fields)",
             keys.join(" ")
         ));
     }
-    fields.sort_by(|a, b| a.0.cmp(b.0));
-    Ok(ItemKey::Key(fields))
+    Ok(None)
 }
 
 impl ItemKey<'_> {
@@ -533,21 +558,29 @@ impl Validator<'_> {
             } else {
                 items.len()
             });
+            let associative = list.relationship == Some(Relationship::Associative);
             for (i, child) in items.iter().enumerate() {
-                // The item's key; its path element is built only for a message.
-                let key = if list.relationship != Some(Relationship::Associative) {
-                    None
-                } else {
-                    match item_key(self.schema, list, child) {
-                        Ok(key) => Some(key),
-                        Err(e) => {
-                            errs.push(error(format!("element {i}: {e}")));
-                            return errs;
-                        }
+                // The item's key, built only to look for duplicates (its
+                // path element only for a message); checked in any case.
+                let checked = match (associative, self.allow_duplicates) {
+                    (false, _) => Ok(None),
+                    (true, true) => check_item_key(self.schema, list, child).map(|()| None),
+                    (true, false) => item_key(self.schema, list, child).map(Some),
+                };
+                let key = match checked {
+                    Ok(key) => key,
+                    Err(e) => {
+                        errs.push(error(format!("element {i}: {e}")));
+                        return errs;
                     }
                 };
                 let render = |key: &Option<ItemKey<'_>>| match key {
                     Some(key) => key.to_path_element().render(),
+                    // Checked above: the key of an associative item is found.
+                    None if associative => item_key(self.schema, list, child).map_or_else(
+                        |_| PathElement::Index(i).render(),
+                        |key| key.to_path_element().render(),
+                    ),
                     None => PathElement::Index(i).render(),
                 };
                 // With duplicates allowed no key is kept.
