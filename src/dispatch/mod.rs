@@ -384,7 +384,7 @@ struct NoObserver;
 impl AdmissionObserver for NoObserver {}
 
 /// A binding whose policy's matchConstraints and own matchResources match a
-/// request (or could not be decided): see [`PolicySet::matching_bindings`].
+/// request (or could not be decided): see [`PolicySet::matched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatchedBinding<'a> {
     /// The policy name.
@@ -495,15 +495,6 @@ impl PolicySet {
                 failure_policy: self.policies[*pi].policy.failure_policy,
             })
             .collect()
-    }
-
-    /// [`PolicySet::matched`] of a fresh [`PolicySet::prematch`].
-    pub fn matching_bindings(
-        &self,
-        request: &AdmissionRequest,
-        ctx: &AdmissionContext<'_>,
-    ) -> Vec<MatchedBinding<'_>> {
-        self.matched(&self.prematch(request, ctx))
     }
 
     /// Runs the admission of `request` (its object is the incoming object).
@@ -643,12 +634,13 @@ impl PolicySet {
         }
     }
 
-    /// Runs one binding of one policy: matching, params, and an invocation
+    /// Runs one binding of one policy (the set's `binding_index`th):
+    /// matching (the prematch's, where it holds), params, and an invocation
     /// per param (match conditions, then the mutations in order).
     fn dispatch_binding(
         &self,
         compiled: &CompiledPolicy,
-        index: usize,
+        binding_index: usize,
         binding: &Binding,
         ctx: &AdmissionContext<'_>,
         state: &mut AdmissionState<'_>,
@@ -672,7 +664,10 @@ impl PolicySet {
                                 .as_ref()
                                 .is_some_and(|mr| matching::reads_object(mr, &state.attrs)))) =>
             {
-                prematch.results.get_mut(index).and_then(Option::take)
+                prematch
+                    .results
+                    .get_mut(binding_index)
+                    .and_then(Option::take)
             }
             _ => None,
         };
@@ -1709,7 +1704,7 @@ mod tests {
         let resources = ResourceTable::builtin();
         let request = configmap_create_in_apps(&resources);
         let matched: Vec<String> = with_context(&resources, |ctx| {
-            let found = set.matching_bindings(&request, ctx);
+            let found = set.matched(&set.prematch(&request, ctx));
             found.iter().map(|m| m.binding.to_string()).collect()
         });
         assert_eq!(matched, ["b"]);

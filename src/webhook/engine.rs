@@ -258,12 +258,6 @@ impl Engine {
         self.compiled.set.matched(prematch)
     }
 
-    /// The bindings that act on `request` ([`Engine::matched`] of a fresh
-    /// [`Engine::prematch`]).
-    pub fn matching(&self, request: &AdmissionRequest) -> Vec<MatchedBinding<'_>> {
-        self.matched(&self.prematch(request))
-    }
-
     /// Runs the admission of `request`, telling `observer` about each
     /// mutation and policy error.
     pub fn admit(&self, request: &AdmissionRequest, observer: &dyn AdmissionObserver) -> Outcome {
