@@ -142,15 +142,19 @@ pub fn apply_configuration_in_place(
     }
 
     if known_patch == PatchChecks::Unchecked || !taken_are_strings {
-        let errs = typed::validate(schema, &ty.spec, &patch, false);
+        let (errs, met_atomic) = typed::validate_noting_atomics(schema, &ty.spec, &patch, false);
         if !errs.is_empty() {
             return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
         }
 
-        let mut atomics = Vec::new();
-        find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
-        if !atomics.is_empty() {
-            return Err(ApplyError::AtomicMutation(atomics));
+        // The valid patch was walked whole: the search (which renders the
+        // paths) has something to find only if the walk met an atomic.
+        if met_atomic {
+            let mut atomics = Vec::new();
+            find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
+            if !atomics.is_empty() {
+                return Err(ApplyError::AtomicMutation(atomics));
+            }
         }
     }
 
@@ -1017,6 +1021,53 @@ mod tests {
             apply_err(&live, &patch, &kind("", "v1", "ConfigMap")),
             "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: .metadata.ownerReferences[0]"
         );
+    }
+
+    // The search for atomics runs only when validating the patch met one:
+    // whatever it would find, the validation must have met.
+    #[test]
+    fn validation_meets_every_atomic_the_search_finds() {
+        let deployment_ty = kind("apps", "v1", "Deployment");
+        let configmap_ty = kind("", "v1", "ConfigMap");
+        let cases = [
+            (
+                &deployment_ty,
+                json!({"spec": {"selector": {"matchLabels": {"l": "v"}}}}),
+            ),
+            (
+                &deployment_ty,
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "args": ["x"]}]}}}}),
+            ),
+            (
+                &deployment_ty,
+                json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+            ),
+            (
+                &configmap_ty,
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                    "name": "owner", "uid": "0000-1111"}]}}),
+            ),
+            (
+                &configmap_ty,
+                json!({"metadata": {"labels": {"a": "b"}}, "data": {"k": "v"}}),
+            ),
+        ];
+        for (ty, patch) in cases {
+            let (errs, met_atomic) =
+                typed::validate_noting_atomics(&ty.schema, &ty.spec, &patch, false);
+            assert!(errs.is_empty(), "{patch}: {errs:?}");
+            let mut atomics = Vec::new();
+            find_atomics(
+                &ty.schema,
+                &ty.spec,
+                &patch,
+                &mut Vec::new(),
+                &mut atomics,
+                0,
+            );
+            assert_eq!(met_atomic, !atomics.is_empty(), "{patch}: {atomics:?}");
+        }
     }
 
     // smd.go findAtomics: every atomic value is reported, nested ones too,

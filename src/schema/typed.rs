@@ -3,6 +3,7 @@
 //! (`typed/validate.go`, `typed/helpers.go`, `fieldpath/element.go`).
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -467,16 +468,31 @@ pub(crate) fn validate(
     v: &Value,
     allow_duplicates: bool,
 ) -> Vec<ValidationError> {
+    validate_noting_atomics(schema, spec, v, allow_duplicates).0
+}
+
+/// [`validate`], and whether the walk met a map or list that its type
+/// marks atomic. When `v` is valid, the walk met every map and list that
+/// has a type, so `false` means none of them is atomic.
+pub(crate) fn validate_noting_atomics(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    v: &Value,
+    allow_duplicates: bool,
+) -> (Vec<ValidationError>, bool) {
     let validator = Validator {
         schema,
         allow_duplicates,
+        met_atomic: Cell::new(false),
     };
-    validator.validate(spec, v, 0)
+    let errs = validator.validate(spec, v, 0);
+    (errs, validator.met_atomic.get())
 }
 
 struct Validator<'a> {
     schema: &'a SchemaData,
     allow_duplicates: bool,
+    met_atomic: Cell<bool>,
 }
 
 impl Validator<'_> {
@@ -517,6 +533,9 @@ impl Validator<'_> {
                     ))]
                 }
             };
+            if map.relationship == Some(Relationship::Atomic) {
+                self.met_atomic.set(true);
+            }
             let mut errs = Vec::new();
             for (key, val) in m {
                 let ty = match map.def.field(key) {
@@ -552,6 +571,9 @@ impl Validator<'_> {
                     ))]
                 }
             };
+            if list.relationship == Some(Relationship::Atomic) {
+                self.met_atomic.set(true);
+            }
             let mut errs = Vec::new();
             let mut seen: KeyMap<ItemKey<'_>, ()> = KeyMap::for_items(if self.allow_duplicates {
                 0
