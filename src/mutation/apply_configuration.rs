@@ -253,6 +253,8 @@ impl Change<'_> {
                 };
                 let mut old: Vec<Option<Value>> =
                     std::mem::take(list).into_iter().map(Some).collect();
+                // Taken with its buffer: room for the merged list at once.
+                list.reserve_exact(items.len());
                 let mut changed = false;
                 let mut next = 0;
                 for item in items {
