@@ -587,13 +587,10 @@ impl PolicySet {
                 }
                 let errors = state.errors.len();
                 let dispatched = self.dispatch_binding(compiled, index, binding, ctx, &mut state);
-                let reads_object =
-                    |mr: &crate::api::MatchResources| matching::reads_object(mr, &state.attrs);
                 if state.reinvoke.is_none()
                     && compiled.policy.param_kind.is_none()
                     && state.errors.len() == errors
-                    && !reads_object(&compiled.policy.match_constraints)
-                    && !binding.match_resources.as_ref().is_some_and(reads_object)
+                    && !BindingMatch::reads_object(&compiled.policy, binding, &state.attrs)
                 {
                     state.quiet.insert(index);
                 }
@@ -658,11 +655,7 @@ impl PolicySet {
             Some(prematch)
                 if state.reinvoke.is_none()
                     && (!state.changed
-                        || !(matching::reads_object(&policy.match_constraints, &state.attrs)
-                            || binding
-                                .match_resources
-                                .as_ref()
-                                .is_some_and(|mr| matching::reads_object(mr, &state.attrs)))) =>
+                        || !BindingMatch::reads_object(policy, binding, &state.attrs)) =>
             {
                 prematch
                     .results
@@ -1097,6 +1090,13 @@ impl BindingMatch {
             _ => None,
         };
         BindingMatch { policy, binding }
+    }
+
+    /// Whether matching the binding ([`BindingMatch::of`]) reads the
+    /// request's object (see [`matching::reads_object`]).
+    fn reads_object(policy: &Policy, binding: &Binding, request: &AdmissionRequest) -> bool {
+        let reads = |mr| matching::reads_object(mr, request);
+        reads(&policy.match_constraints) || binding.match_resources.as_ref().is_some_and(reads)
     }
 
     /// Whether the binding acts on the request: it matches, or its
