@@ -917,6 +917,7 @@ fn the_load_generator_drives_the_server_over_http1_and_http2() {
             identity: None,
             body: bytes::Bytes::from(body),
             connections: 2,
+            streams: 1,
             rate: None,
             duration: Duration::from_millis(300),
             warmup: Duration::from_millis(50),
@@ -933,10 +934,37 @@ fn the_load_generator_drives_the_server_over_http1_and_http2() {
             assert!(report.ok > 0, "{report}");
             assert_eq!((report.bad_status, report.errors), (0, 0), "{report}");
             assert_eq!(report.latencies.len() as u64, report.ok);
+            // A connection of its own for each loop.
+            assert_eq!(report.opened, 2, "{report}");
             measured += report.ok;
         }
+        // kube-apiserver's way over HTTP/2 to a webhook on a loopback
+        // address: its requests at once as streams of one connection.
+        let report = loadtest::run(&LoadtestConfig {
+            http2: true,
+            connections: 1,
+            streams: 4,
+            ..config.clone()
+        })
+        .await
+        .unwrap();
+        assert!(report.ok > 0, "{report}");
+        assert_eq!((report.bad_status, report.errors), (0, 0), "{report}");
+        assert_eq!(report.opened, 1, "{report}");
+        assert!(report
+            .to_string()
+            .contains("1 HTTP/2 connections, 4 streams each"));
+        measured += report.ok;
         // Each run also sent its first request and its warm-up.
         assert!(server.requests_received() > measured);
+        // HTTP/1.1 takes one request at a time on a connection.
+        let e = loadtest::run(&LoadtestConfig {
+            streams: 2,
+            ..config.clone()
+        })
+        .await
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("needs HTTP/2"), "{e:#}");
         // A path the server does not serve fails at the first request.
         let e = loadtest::run(&LoadtestConfig {
             path: "/nope".into(),

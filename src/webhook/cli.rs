@@ -120,9 +120,14 @@ pub struct LoadtestArgs {
     /// Key of --client-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "client_cert")]
     pub client_key: Option<PathBuf>,
-    /// Connections kept open, each with one request in flight.
+    /// Connections kept open, each with one request in flight (with
+    /// --streams, that many).
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
+    /// Requests in flight at once on each HTTP/2 connection, as
+    /// kube-apiserver multiplexes its calls to a webhook on one connection.
+    #[arg(long, default_value_t = 1, requires = "http2")]
+    pub streams: usize,
     /// Requests per second over all connections (0: flat out).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
@@ -318,6 +323,7 @@ pub fn loadtest_cmd(args: LoadtestArgs) -> Result<ExitCode> {
         },
         body: body.into(),
         connections: args.connections,
+        streams: args.streams,
         rate: (args.rate > 0.0).then_some(args.rate),
         duration: args.duration,
         warmup: args.warmup,

@@ -228,6 +228,20 @@ impl Connection {
         self.request(Method::GET, path, Bytes::new()).await
     }
 
+    /// A handle on this HTTP/2 connection for another request at the same
+    /// time (a new stream); `None` for HTTP/1.1, which takes one at a time.
+    pub fn share(&self) -> Option<Connection> {
+        match &self.sender {
+            Sender::H1(_) => None,
+            Sender::H2(s) => Some(Connection {
+                sender: Sender::H2(s.clone()),
+                host: self.host.clone(),
+                peer: self.peer.clone(),
+                protocol: self.protocol.clone(),
+            }),
+        }
+    }
+
     /// Whether the connection can take another request.
     pub fn is_open(&self) -> bool {
         match &self.sender {

@@ -17,6 +17,8 @@ use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -30,11 +32,19 @@ enum LoadConnection {
 }
 
 impl LoadConnection {
-    async fn open(client: &Client, http2: bool) -> Result<LoadConnection> {
-        Ok(if http2 {
-            LoadConnection::Http2(client.connect().await?)
-        } else {
-            LoadConnection::Http1(Box::new(client.connect_raw().await?))
+    /// A connection of its own, or a stream of the connection `shared`.
+    async fn open(
+        client: &Client,
+        http2: bool,
+        shared: Option<&SharedConnection>,
+    ) -> Result<LoadConnection> {
+        Ok(match (shared, http2) {
+            (Some(shared), _) => LoadConnection::Http2(shared.stream(client).await?),
+            (None, true) => {
+                let c = client.connect().await?;
+                LoadConnection::Http2(c)
+            }
+            (None, false) => LoadConnection::Http1(Box::new(client.connect_raw().await?)),
         })
     }
 
@@ -55,6 +65,37 @@ impl LoadConnection {
     }
 }
 
+/// The HTTP/2 connection that [`LoadtestConfig::streams`] request loops
+/// share, as kube-apiserver sends its concurrent calls to a webhook over one
+/// connection: opened by the first loop that needs it, and again by the
+/// first that finds it closed.
+#[derive(Clone)]
+struct SharedConnection {
+    slot: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    opened: Arc<AtomicU64>,
+}
+
+impl SharedConnection {
+    /// A stream of the connection, opening it when there is none.
+    async fn stream(&self, client: &Client) -> Result<Connection> {
+        let mut slot = self.slot.lock().await;
+        if let Some(stream) = slot
+            .as_ref()
+            .filter(|c| c.is_open())
+            .and_then(Connection::share)
+        {
+            return Ok(stream);
+        }
+        let connection = client.connect().await?;
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let stream = connection
+            .share()
+            .context("an HTTP/1.1 connection cannot carry requests at once")?;
+        *slot = Some(connection);
+        Ok(stream)
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct LoadtestConfig {
@@ -70,8 +111,11 @@ pub struct LoadtestConfig {
     pub identity: Option<CertFiles>,
     /// The AdmissionReview sent with every request.
     pub body: Bytes,
-    /// Connections kept open (each has one request in flight at a time).
+    /// Connections kept open.
     pub connections: usize,
+    /// Requests in flight at once on each connection (HTTP/2 streams;
+    /// HTTP/1.1 has one).
+    pub streams: usize,
     /// Requests per second over all connections; `None` for flat out.
     pub rate: Option<f64>,
     /// How long to measure.
@@ -105,6 +149,10 @@ pub struct Report {
     pub rate: Option<f64>,
     /// Connections used.
     pub connections: usize,
+    /// Requests in flight at once on each connection.
+    pub streams: usize,
+    /// Connections opened while measuring and before (reopened ones too).
+    pub opened: u64,
     /// The protocol.
     pub http2: bool,
 }
@@ -135,11 +183,17 @@ impl std::fmt::Display for Report {
             Some(r) => format!("fixed rate {r} requests/s"),
             None => "flat out".to_string(),
         };
+        let streams = if self.streams > 1 {
+            format!(", {} streams each", self.streams)
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "mode:        {mode}, {} {} connections",
+            "mode:        {mode}, {} {} connections{streams} ({} opened)",
             self.connections,
-            if self.http2 { "HTTP/2" } else { "HTTP/1.1" }
+            if self.http2 { "HTTP/2" } else { "HTTP/1.1" },
+            self.opened
         )?;
         writeln!(
             f,
@@ -186,8 +240,11 @@ struct Tally {
 
 /// Runs the load and reports.
 pub async fn run(config: &LoadtestConfig) -> Result<Report> {
-    if config.connections == 0 {
-        bail!("at least one connection is needed");
+    if config.connections == 0 || config.streams == 0 {
+        bail!("at least one connection and one stream are needed");
+    }
+    if config.streams > 1 && !config.http2 {
+        bail!("more than one stream a connection needs HTTP/2");
     }
     if config.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         bail!("the rate must be positive");
@@ -222,22 +279,28 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
     let start = Instant::now() + Duration::from_millis(20);
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
-    let mut tasks = Vec::with_capacity(config.connections);
-    for index in 0..config.connections {
-        let client = client.clone();
-        let config = config.clone();
-        let http1_request = http1_request.clone();
+    let opened = Arc::new(AtomicU64::new(0));
+    let loops = config.connections * config.streams;
+    let mut tasks = Vec::with_capacity(loops);
+    let mut shared = None;
+    for index in 0..loops {
+        if config.streams > 1 && index % config.streams == 0 {
+            shared = Some(SharedConnection {
+                slot: Arc::default(),
+                opened: opened.clone(),
+            });
+        }
+        let request_loop = RequestLoop {
+            client: client.clone(),
+            config: config.clone(),
+            http1_request: http1_request.clone(),
+            shared: shared.clone(),
+            opened: opened.clone(),
+            index,
+            loops,
+        };
         tasks.push(tokio::spawn(async move {
-            connection_loop(
-                client,
-                config,
-                http1_request,
-                index,
-                start,
-                measure_from,
-                end,
-            )
-            .await
+            request_loop.run(start, measure_from, end).await
         }));
     }
     let mut tally = Tally::default();
@@ -265,105 +328,131 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
         max_lateness: tally.max_lateness,
         rate: config.rate,
         connections: config.connections,
+        streams: config.streams,
+        opened: opened.load(Ordering::Relaxed),
         http2: config.http2,
     })
 }
 
-/// One connection's requests; `http1_request` is the request as HTTP/1.1
-/// text (unused with HTTP/2).
-async fn connection_loop(
+/// One loop of requests, one in flight at a time: on a connection of its
+/// own, or on a stream of a shared one.
+struct RequestLoop {
     client: Client,
     config: LoadtestConfig,
+    /// The request as HTTP/1.1 text (unused with HTTP/2).
     http1_request: Bytes,
+    shared: Option<SharedConnection>,
+    /// Connections opened by all loops.
+    opened: Arc<AtomicU64>,
+    /// This loop's place among all `loops`, for its share of a fixed rate.
     index: usize,
-    start: Instant,
-    measure_from: Instant,
-    end: Instant,
-) -> Tally {
-    let mut tally = Tally::default();
-    let mut conn: Option<LoadConnection> = None;
-    let interval = config
-        .rate
-        .map(|r| Duration::from_secs_f64(config.connections as f64 / r));
-    let offset = config
-        .rate
-        .map(|r| Duration::from_secs_f64(index as f64 / r))
-        .unwrap_or_default();
-    let mut n: u32 = 0;
-    let mut timer = DueTimer::new();
-    loop {
-        let due = match interval {
-            Some(iv) => {
-                let due = start + offset + iv * n;
-                n += 1;
-                if due >= end {
-                    break;
+    loops: usize,
+}
+
+impl RequestLoop {
+    /// Sends requests from `start` until `end`, measuring those sent from
+    /// `measure_from`.
+    async fn run(self, start: Instant, measure_from: Instant, end: Instant) -> Tally {
+        let RequestLoop {
+            client,
+            config,
+            http1_request,
+            shared,
+            opened,
+            index,
+            loops,
+        } = self;
+        let shared = shared.as_ref();
+        let mut tally = Tally::default();
+        let mut conn: Option<LoadConnection> = None;
+        let interval = config
+            .rate
+            .map(|r| Duration::from_secs_f64(loops as f64 / r));
+        let offset = config
+            .rate
+            .map(|r| Duration::from_secs_f64(index as f64 / r))
+            .unwrap_or_default();
+        let mut n: u32 = 0;
+        let mut timer = DueTimer::new();
+        loop {
+            let due = match interval {
+                Some(iv) => {
+                    let due = start + offset + iv * n;
+                    n += 1;
+                    if due >= end {
+                        break;
+                    }
+                    if due > Instant::now() {
+                        timer.sleep_until(due).await;
+                    }
+                    Some(due)
                 }
-                if due > Instant::now() {
-                    timer.sleep_until(due).await;
+                None => None,
+            };
+            let sent = Instant::now();
+            if sent >= end {
+                break;
+            }
+            let measured = sent >= measure_from;
+            if let (Some(due), true) = (due, measured) {
+                let lateness = sent.saturating_duration_since(due);
+                if lateness > Duration::from_millis(1) {
+                    tally.late += 1;
                 }
-                Some(due)
+                tally.max_lateness = tally.max_lateness.max(lateness);
             }
-            None => None,
-        };
-        let sent = Instant::now();
-        if sent >= end {
-            break;
-        }
-        let measured = sent >= measure_from;
-        if let (Some(due), true) = (due, measured) {
-            let lateness = sent.saturating_duration_since(due);
-            if lateness > Duration::from_millis(1) {
-                tally.late += 1;
+            if conn.is_none() {
+                match LoadConnection::open(&client, config.http2, shared).await {
+                    Ok(c) => {
+                        if shared.is_none() {
+                            opened.fetch_add(1, Ordering::Relaxed);
+                        }
+                        conn = Some(c)
+                    }
+                    Err(e) => {
+                        if measured {
+                            tally.errors += 1;
+                            tally.first_problem.get_or_insert(format!("{e:#}"));
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                }
             }
-            tally.max_lateness = tally.max_lateness.max(lateness);
-        }
-        if conn.is_none() {
-            match LoadConnection::open(&client, config.http2).await {
-                Ok(c) => conn = Some(c),
+            let Some(c) = conn.as_mut() else { continue };
+            let result = c.send(&http1_request, &config.path, &config.body).await;
+            let latency = sent.elapsed();
+            match result {
+                Ok(r) if r.status.is_success() => {
+                    if measured {
+                        tally.ok += 1;
+                        tally.latencies.push(latency);
+                    }
+                }
+                Ok(r) => {
+                    if measured {
+                        tally.bad_status += 1;
+                        tally.first_problem.get_or_insert(format!(
+                            "HTTP {}: {}",
+                            r.status,
+                            r.text().trim()
+                        ));
+                    }
+                }
                 Err(e) => {
                     if measured {
                         tally.errors += 1;
                         tally.first_problem.get_or_insert(format!("{e:#}"));
                     }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
+                    conn = None;
                 }
             }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        let result = c.send(&http1_request, &config.path, &config.body).await;
-        let latency = sent.elapsed();
-        match result {
-            Ok(r) if r.status.is_success() => {
-                if measured {
-                    tally.ok += 1;
-                    tally.latencies.push(latency);
-                }
-            }
-            Ok(r) => {
-                if measured {
-                    tally.bad_status += 1;
-                    tally.first_problem.get_or_insert(format!(
-                        "HTTP {}: {}",
-                        r.status,
-                        r.text().trim()
-                    ));
-                }
-            }
-            Err(e) => {
-                if measured {
-                    tally.errors += 1;
-                    tally.first_problem.get_or_insert(format!("{e:#}"));
-                }
+            if conn.as_ref().is_some_and(|c| !c.is_open()) {
                 conn = None;
             }
         }
-        if conn.as_ref().is_some_and(|c| !c.is_open()) {
-            conn = None;
-        }
+        tally
     }
-    tally
 }
 
 /// Sleeps until an instant with the precision of the kernel's timers: a
