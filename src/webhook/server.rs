@@ -650,7 +650,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             Ok(Err(join_error)) => {
                 // `evaluate` catches panics; this is a cancelled task.
                 tracing::error!(uid = %uid, error = %join_error, "evaluation task failed");
-                Evaluated::Done(panic_answer(), RequestResult::Panic)
+                Evaluated::Done(panic_answer(), RequestResult::Panic, None)
             }
             Err(_) => Evaluated::TimedOut,
         }
@@ -663,8 +663,8 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             deadline.into_std(),
         )
     };
-    let (answer, result) = match evaluated {
-        Evaluated::Done(answer, result) => (answer, result),
+    let (answer, result, leftover) = match evaluated {
+        Evaluated::Done(answer, result, leftover) => (answer, result, leftover),
         Evaluated::TimedOut => {
             let timeout = format_duration(shared.timeout);
             match &fallback {
@@ -677,19 +677,32 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
                             format!("policy '{policy}' with binding '{binding}' denied request: evaluation did not complete within {timeout}"),
                         ),
                         RequestResult::Timeout,
+                        None,
                     )
                 }
                 None => {
                     tracing::warn!(uid = %uid, timeout = %timeout,
                         "evaluation timed out; admitted unchanged by failurePolicy Ignore");
-                    (Answer::allow(), RequestResult::Timeout)
+                    (Answer::allow(), RequestResult::Timeout, None)
                 }
             }
         }
     };
     let bytes = review::encode(version, &uid, &answer);
     metrics.observe_request(&operation, &resource, result, started.elapsed());
+    drop_after_reply(leftover);
     reply(StatusCode::OK, "application/json", bytes)
+}
+
+/// Drops the admitted object (hundreds of allocations) after the answer is
+/// written rather than before. A task spawned on a worker waits there for
+/// the current task to yield, and the connection's task yields after
+/// writing the answer (an HTTP/2 stream's task wakes the connection's,
+/// which then runs first).
+fn drop_after_reply(leftover: Option<serde_json::Value>) {
+    if let Some(object) = leftover {
+        tokio::spawn(async move { drop(object) });
+    }
 }
 
 /// The bytes read from a connection's socket at once: a TLS record (at most
@@ -812,8 +825,9 @@ impl AdmissionObserver for RequestObserver<'_> {
 
 /// What [`evaluate`] ends with.
 enum Evaluated {
-    /// The answer and how the request ended.
-    Done(Answer, RequestResult),
+    /// The answer, how the request ended, and the admitted object, which
+    /// [`drop_after_reply`] disposes of.
+    Done(Answer, RequestResult, Option<serde_json::Value>),
     /// The deadline passed first; the failure policies decide the answer.
     TimedOut,
 }
@@ -841,10 +855,10 @@ fn evaluate(
     }
     let errors = observer.errors.into_inner();
     let uid = uid.as_str();
-    let (answer, result) = match outcome {
+    match outcome {
         Err(_) => {
             tracing::error!(uid = %uid, "evaluation panicked");
-            (panic_answer(), RequestResult::Panic)
+            Evaluated::Done(panic_answer(), RequestResult::Panic, None)
         }
         Ok((Outcome::Denied { message, code }, _)) => {
             let cause = errors
@@ -855,7 +869,7 @@ fn evaluate(
                 .map(|e| (e.policy.as_str(), e.binding.as_str()))
                 .unwrap_or(("", ""));
             tracing::info!(uid = %uid, policy = %policy, binding = %binding, code, denial = %message, "request denied");
-            (Answer::deny(code, message), RequestResult::Denied)
+            Evaluated::Done(Answer::deny(code, message), RequestResult::Denied, None)
         }
         Ok((Outcome::Admitted { object, warnings }, original)) => {
             let ignored: Vec<&SeenError> = errors
@@ -867,7 +881,7 @@ fn evaluate(
                     errors = ignored.len(), error = %first.message,
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
-            match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let (answer, result) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
                 Answer::admit_from(&original, &object, warnings)
             })) {
                 Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
@@ -876,8 +890,8 @@ fn evaluate(
                     tracing::error!(uid = %uid, "computing the patch panicked");
                     (panic_answer(), RequestResult::Panic)
                 }
-            }
+            };
+            Evaluated::Done(answer, result, Some(object))
         }
-    };
-    Evaluated::Done(answer, result)
+    }
 }
