@@ -32,20 +32,24 @@ enum LoadConnection {
 }
 
 impl LoadConnection {
-    /// A connection of its own, or a stream of the connection `shared`.
+    /// A stream of the connection `shared`, or else a connection of its
+    /// own, counted in `opened` (a shared one counts itself).
     async fn open(
         client: &Client,
         http2: bool,
         shared: Option<&SharedConnection>,
+        opened: &AtomicU64,
     ) -> Result<LoadConnection> {
-        Ok(match (shared, http2) {
-            (Some(shared), _) => LoadConnection::Http2(shared.stream(client).await?),
-            (None, true) => {
-                let c = client.connect().await?;
-                LoadConnection::Http2(c)
-            }
-            (None, false) => LoadConnection::Http1(Box::new(client.connect_raw().await?)),
-        })
+        if let Some(shared) = shared {
+            return Ok(LoadConnection::Http2(shared.stream(client).await?));
+        }
+        let connection = if http2 {
+            LoadConnection::Http2(client.connect().await?)
+        } else {
+            LoadConnection::Http1(Box::new(client.connect_raw().await?))
+        };
+        opened.fetch_add(1, Ordering::Relaxed);
+        Ok(connection)
     }
 
     /// Sends the request: `http1` is its HTTP/1.1 text, `path` and `body`
@@ -402,13 +406,8 @@ impl RequestLoop {
                 tally.max_lateness = tally.max_lateness.max(lateness);
             }
             if conn.is_none() {
-                match LoadConnection::open(&client, config.http2, shared).await {
-                    Ok(c) => {
-                        if shared.is_none() {
-                            opened.fetch_add(1, Ordering::Relaxed);
-                        }
-                        conn = Some(c)
-                    }
+                match LoadConnection::open(&client, config.http2, shared, &opened).await {
+                    Ok(c) => conn = Some(c),
                     Err(e) => {
                         if measured {
                             tally.errors += 1;
