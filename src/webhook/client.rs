@@ -10,6 +10,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConfig;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -138,6 +139,29 @@ impl Client {
         Ok(RawHttp1Connection::new(tls))
     }
 
+    /// An HTTP/2 connection for the load generator (see
+    /// [`RawHttp2Connection`]); the client must be an HTTP/2 one.
+    pub async fn connect_raw_h2(&self) -> Result<RawHttp2Connection> {
+        if !self.http2 {
+            bail!("an HTTP/1.1 client opens no HTTP/2 connection");
+        }
+        let (tls, _, _) = self.connect_tls().await?;
+        let (sender, connection) = h2::client::handshake(tls)
+            .await
+            .context("HTTP/2 handshake")?;
+        let open = Arc::new(AtomicBool::new(true));
+        let driver_open = open.clone();
+        tokio::spawn(async move {
+            let _ = connection.await;
+            driver_open.store(false, Ordering::Relaxed);
+        });
+        Ok(RawHttp2Connection {
+            sender,
+            authority: self.host.clone(),
+            open,
+        })
+    }
+
     /// The request line and headers of a POST of `body` to `path` on this
     /// client's host, followed by the body: what [`RawHttp1Connection::send`]
     /// writes. Fails for a `path` that is no request target.
@@ -228,26 +252,84 @@ impl Connection {
         self.request(Method::GET, path, Bytes::new()).await
     }
 
-    /// A handle on this HTTP/2 connection for another request at the same
-    /// time (a new stream); `None` for HTTP/1.1, which takes one at a time.
-    pub fn share(&self) -> Option<Connection> {
-        match &self.sender {
-            Sender::H1(_) => None,
-            Sender::H2(s) => Some(Connection {
-                sender: Sender::H2(s.clone()),
-                host: self.host.clone(),
-                peer: self.peer.clone(),
-                protocol: self.protocol.clone(),
-            }),
-        }
-    }
-
     /// Whether the connection can take another request.
     pub fn is_open(&self) -> bool {
         match &self.sender {
             Sender::H1(s) => !s.is_closed(),
             Sender::H2(s) => !s.is_closed(),
         }
+    }
+}
+
+/// An HTTP/2 connection driven through the `h2` crate, the load
+/// generator's: hyper's client adds a channel to its connection task and a
+/// task to send each request's body. Clones are streams of the same
+/// connection, so that requests go at once as kube-apiserver sends them to
+/// a webhook on a loopback address.
+#[derive(Clone)]
+pub struct RawHttp2Connection {
+    sender: h2::client::SendRequest<Bytes>,
+    authority: String,
+    /// Cleared when the connection ends or a request on it fails.
+    open: Arc<AtomicBool>,
+}
+
+impl RawHttp2Connection {
+    /// Whether the connection can take another request.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// POSTs `body` to `path` and reads the whole answer.
+    pub async fn post(&mut self, path: &str, body: &Bytes) -> Result<Response> {
+        if !self.is_open() {
+            bail!("connection closed");
+        }
+        let result = self.round_trip(path, body).await;
+        if result.is_err() {
+            self.open.store(false, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn round_trip(&mut self, path: &str, body: &Bytes) -> Result<Response> {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("https://{}{}", self.authority, path))
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_LENGTH, body.len())
+            .body(())?;
+        let mut sender = self
+            .sender
+            .clone()
+            .ready()
+            .await
+            .context("connection closed")?;
+        let (answer, mut stream) = sender
+            .send_request(request, false)
+            .context("sending the request")?;
+        stream
+            .send_data(body.clone(), true)
+            .context("sending the request body")?;
+        let (head, mut recv) = answer.await.context("reading the answer")?.into_parts();
+        let mut received = BytesMut::new();
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.context("reading the answer body")?;
+            // Returned at once: the window stays open for the next answers.
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            received.extend_from_slice(&chunk);
+        }
+        let content_type = head
+            .headers
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        Ok(Response {
+            status: head.status,
+            content_type,
+            body: received.freeze(),
+        })
     }
 }
 

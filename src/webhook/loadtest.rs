@@ -11,7 +11,7 @@
 //! ([`DueTimer`]), not on tokio's millisecond ticks, which would release
 //! the requests due within each millisecond together, in a burst.
 
-use super::client::{Client, Connection, RawHttp1Connection, Response};
+use super::client::{Client, RawHttp1Connection, RawHttp2Connection, Response};
 use super::tls::{self, CertFiles};
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
@@ -28,7 +28,7 @@ use tokio_rustls::client::TlsStream;
 enum LoadConnection {
     /// Boxed: the TLS state is a kilobyte.
     Http1(Box<RawHttp1Connection<TlsStream<TcpStream>>>),
-    Http2(Connection),
+    Http2(RawHttp2Connection),
 }
 
 impl LoadConnection {
@@ -44,7 +44,7 @@ impl LoadConnection {
             return Ok(LoadConnection::Http2(shared.stream(client).await?));
         }
         let connection = if http2 {
-            LoadConnection::Http2(client.connect().await?)
+            LoadConnection::Http2(client.connect_raw_h2().await?)
         } else {
             LoadConnection::Http1(Box::new(client.connect_raw().await?))
         };
@@ -57,7 +57,7 @@ impl LoadConnection {
     async fn send(&mut self, http1: &Bytes, path: &str, body: &Bytes) -> Result<Response> {
         match self {
             LoadConnection::Http1(c) => c.send(http1).await,
-            LoadConnection::Http2(c) => c.post(path, body.clone()).await,
+            LoadConnection::Http2(c) => c.post(path, body).await,
         }
     }
 
@@ -75,28 +75,21 @@ impl LoadConnection {
 /// first that finds it closed.
 #[derive(Clone)]
 struct SharedConnection {
-    slot: Arc<tokio::sync::Mutex<Option<Connection>>>,
+    slot: Arc<tokio::sync::Mutex<Option<RawHttp2Connection>>>,
     opened: Arc<AtomicU64>,
 }
 
 impl SharedConnection {
     /// A stream of the connection, opening it when there is none.
-    async fn stream(&self, client: &Client) -> Result<Connection> {
+    async fn stream(&self, client: &Client) -> Result<RawHttp2Connection> {
         let mut slot = self.slot.lock().await;
-        if let Some(stream) = slot
-            .as_ref()
-            .filter(|c| c.is_open())
-            .and_then(Connection::share)
-        {
-            return Ok(stream);
+        if let Some(open) = slot.as_ref().filter(|c| c.is_open()) {
+            return Ok(open.clone());
         }
-        let connection = client.connect().await?;
+        let connection = client.connect_raw_h2().await?;
         self.opened.fetch_add(1, Ordering::Relaxed);
-        let stream = connection
-            .share()
-            .context("an HTTP/1.1 connection cannot carry requests at once")?;
-        *slot = Some(connection);
-        Ok(stream)
+        *slot = Some(connection.clone());
+        Ok(connection)
     }
 }
 
