@@ -155,21 +155,14 @@ impl Client {
             let _ = connection.await;
             driver_open.store(false, Ordering::Relaxed);
         });
-        Ok(RawHttp2Connection {
-            sender,
-            authority: self.host.clone(),
-            open,
-        })
+        Ok(RawHttp2Connection { sender, open })
     }
 
     /// The request line and headers of a POST of `body` to `path` on this
     /// client's host, followed by the body: what [`RawHttp1Connection::send`]
     /// writes. Fails for a `path` that is no request target.
     pub fn http1_post(&self, path: &str, body: &[u8]) -> Result<Bytes> {
-        path.parse::<hyper::http::uri::PathAndQuery>()
-            .ok()
-            .filter(|_| path.starts_with('/'))
-            .with_context(|| format!("request path {path:?}"))?;
+        check_request_path(path)?;
         let mut request = format!(
             "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             self.host,
@@ -178,6 +171,19 @@ impl Client {
         .into_bytes();
         request.extend_from_slice(body);
         Ok(Bytes::from(request))
+    }
+
+    /// The head of a POST of a `body_len`-byte JSON body to `path` on this
+    /// client's host: what [`RawHttp2Connection::send`] sends, built once.
+    /// Fails for a `path` that is no request target.
+    pub fn http2_post_head(&self, path: &str, body_len: usize) -> Result<Request<()>> {
+        check_request_path(path)?;
+        Ok(Request::builder()
+            .method(Method::POST)
+            .uri(format!("https://{}{}", self.host, path))
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_LENGTH, body_len)
+            .body(())?)
     }
 
     async fn connect_tls(
@@ -261,6 +267,15 @@ impl Connection {
     }
 }
 
+/// Fails unless `path` is an origin-form request target (`/path?query`).
+fn check_request_path(path: &str) -> Result<()> {
+    path.parse::<hyper::http::uri::PathAndQuery>()
+        .ok()
+        .filter(|_| path.starts_with('/'))
+        .with_context(|| format!("request path {path:?}"))?;
+    Ok(())
+}
+
 /// An HTTP/2 connection driven through the `h2` crate, the load
 /// generator's: hyper's client adds a channel to its connection task and a
 /// task to send each request's body. Clones are streams of the same
@@ -269,7 +284,6 @@ impl Connection {
 #[derive(Clone)]
 pub struct RawHttp2Connection {
     sender: h2::client::SendRequest<Bytes>,
-    authority: String,
     /// Cleared when the connection ends or a request on it fails.
     open: Arc<AtomicBool>,
 }
@@ -280,25 +294,20 @@ impl RawHttp2Connection {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// POSTs `body` to `path` and reads the whole answer.
-    pub async fn post(&mut self, path: &str, body: &Bytes) -> Result<Response> {
+    /// Sends a request with `head` (from [`Client::http2_post_head`]) and
+    /// `body`, and reads the whole answer.
+    pub async fn send(&mut self, head: &Request<()>, body: &Bytes) -> Result<Response> {
         if !self.is_open() {
             bail!("connection closed");
         }
-        let result = self.round_trip(path, body).await;
+        let result = self.round_trip(head.clone(), body).await;
         if result.is_err() {
             self.open.store(false, Ordering::Relaxed);
         }
         result
     }
 
-    async fn round_trip(&mut self, path: &str, body: &Bytes) -> Result<Response> {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("https://{}{}", self.authority, path))
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::CONTENT_LENGTH, body.len())
-            .body(())?;
+    async fn round_trip(&mut self, request: Request<()>, body: &Bytes) -> Result<Response> {
         let mut sender = self
             .sender
             .clone()

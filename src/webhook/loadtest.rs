@@ -52,12 +52,14 @@ impl LoadConnection {
         Ok(connection)
     }
 
-    /// Sends the request: `http1` is its HTTP/1.1 text, `path` and `body`
-    /// its parts for HTTP/2.
-    async fn send(&mut self, http1: &Bytes, path: &str, body: &Bytes) -> Result<Response> {
-        match self {
-            LoadConnection::Http1(c) => c.send(http1).await,
-            LoadConnection::Http2(c) => c.post(path, body).await,
+    /// Sends `request`, prepared for this connection's protocol.
+    async fn send(&mut self, request: &PreparedRequest) -> Result<Response> {
+        match (self, request) {
+            (LoadConnection::Http1(c), PreparedRequest::Http1(text)) => c.send(text).await,
+            (LoadConnection::Http2(c), PreparedRequest::Http2(head, body)) => {
+                c.send(head, body).await
+            }
+            _ => bail!("the request was prepared for another protocol"),
         }
     }
 
@@ -67,6 +69,15 @@ impl LoadConnection {
             LoadConnection::Http2(c) => c.is_open(),
         }
     }
+}
+
+/// The request every loop sends, prepared once for the protocol.
+#[derive(Clone)]
+enum PreparedRequest {
+    /// The whole HTTP/1.1 request ([`Client::http1_post`]).
+    Http1(Bytes),
+    /// The HTTP/2 head ([`Client::http2_post_head`]) and body.
+    Http2(Box<hyper::Request<()>>, Bytes),
 }
 
 /// The HTTP/2 connection that [`LoadtestConfig::streams`] request loops
@@ -253,10 +264,13 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
         client_config,
         config.http2,
     )?;
-    let http1_request = if config.http2 {
-        Bytes::new()
+    let request = if config.http2 {
+        PreparedRequest::Http2(
+            Box::new(client.http2_post_head(&config.path, config.body.len())?),
+            config.body.clone(),
+        )
     } else {
-        client.http1_post(&config.path, &config.body)?
+        PreparedRequest::Http1(client.http1_post(&config.path, &config.body)?)
     };
     // One request first: fail early when the server does not answer well.
     let mut probe = client.connect().await?;
@@ -290,7 +304,7 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
         let request_loop = RequestLoop {
             client: client.clone(),
             config: config.clone(),
-            http1_request: http1_request.clone(),
+            request: request.clone(),
             shared: shared.clone(),
             opened: opened.clone(),
             index,
@@ -336,8 +350,7 @@ pub async fn run(config: &LoadtestConfig) -> Result<Report> {
 struct RequestLoop {
     client: Client,
     config: LoadtestConfig,
-    /// The request as HTTP/1.1 text (unused with HTTP/2).
-    http1_request: Bytes,
+    request: PreparedRequest,
     shared: Option<SharedConnection>,
     /// Connections opened by all loops.
     opened: Arc<AtomicU64>,
@@ -353,7 +366,7 @@ impl RequestLoop {
         let RequestLoop {
             client,
             config,
-            http1_request,
+            request,
             shared,
             opened,
             index,
@@ -412,7 +425,7 @@ impl RequestLoop {
                 }
             }
             let Some(c) = conn.as_mut() else { continue };
-            let result = c.send(&http1_request, &config.path, &config.body).await;
+            let result = c.send(&request).await;
             let latency = sent.elapsed();
             match result {
                 Ok(r) if r.status.is_success() => {
