@@ -7,9 +7,11 @@
 //! alone; the value at the end of a chain, and an input used any other way,
 //! are converted whole. The expression cannot tell the difference: a map it
 //! only selects known fields from answers those selections exactly as the
-//! whole map would.
+//! whole map would. A literal key is a selection too (`m['k']` reads what
+//! `m.k` reads), and a field only tested for (`has(m.k)`, `'k' in m`) is
+//! not converted at all.
 
-use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::ast::{operators, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
 use std::collections::BTreeMap;
 
 /// The part of one input an expression (or a set of them) can observe.
@@ -18,6 +20,8 @@ pub enum Access {
     /// Never read.
     #[default]
     None,
+    /// Only tested for (`has(x.f)`, `'f' in x`): its value is never read.
+    Present,
     /// Read as a whole.
     Full,
     /// Only these fields are selected (each read as its own access says).
@@ -60,7 +64,7 @@ impl Access {
     /// What is read of the field `field` of a value read as `self` says.
     pub fn field(&self, field: &str) -> Access {
         match self {
-            Access::None => Access::None,
+            Access::None | Access::Present => Access::None,
             Access::Fields(fields) => fields.get(field).cloned().unwrap_or_default(),
             Access::Full | Access::Elements(_) => Access::Full,
         }
@@ -69,9 +73,32 @@ impl Access {
     /// What is read of each element of a list read as `self` says.
     fn element(&self) -> Access {
         match self {
-            Access::None => Access::None,
+            Access::None | Access::Present => Access::None,
             Access::Elements(inner) => (**inner).clone(),
             Access::Full | Access::Fields(_) => Access::Full,
+        }
+    }
+
+    /// The fields selected of an object read as `self` says, when it is
+    /// read field by field: none of an object only tested for, which stands
+    /// in for itself as a view of no field.
+    pub fn selected(&self) -> Option<&BTreeMap<String, Access>> {
+        /// The fields read of an object only tested for.
+        static NONE: BTreeMap<String, Access> = BTreeMap::new();
+        match self {
+            Access::Fields(fields) => Some(fields),
+            Access::Present => Some(&NONE),
+            _ => None,
+        }
+    }
+
+    /// What is read of each item of a list read as `self` says, when it is
+    /// read item by item: of a list only tested for, its items are too.
+    pub fn items(&self) -> Option<&Access> {
+        match self {
+            Access::Elements(inner) => Some(inner),
+            Access::Present => Some(self),
+            _ => None,
         }
     }
 
@@ -84,7 +111,15 @@ impl Access {
     pub fn merge(&mut self, other: &Access) {
         match (&mut *self, other) {
             (_, Access::None) | (Access::Full, _) => {}
-            (this @ Access::None, _) | (this, Access::Full) => *this = other.clone(),
+            // Any other read covers a test for presence.
+            (this, Access::Present) => {
+                if this.is_none() {
+                    *this = Access::Present;
+                }
+            }
+            (this @ (Access::None | Access::Present), _) | (this, Access::Full) => {
+                *this = other.clone()
+            }
             (Access::Fields(mine), Access::Fields(theirs)) => {
                 for (field, access) in theirs {
                     mine.entry(field.clone()).or_default().merge(access);
@@ -105,7 +140,9 @@ impl Access {
         };
         match self {
             Access::Full => {}
-            Access::None => {
+            // A field selected from a value tested for presence is present
+            // whenever the selection succeeds: the selection covers the test.
+            Access::None | Access::Present => {
                 *self = Access::Fields(BTreeMap::new());
                 self.add_at(path, leaf);
             }
@@ -130,22 +167,34 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
     }
     match &e.expr {
         Expr::Ident(ident) if names(ident, name) => *access = Access::Full,
-        Expr::Select(_) => {
-            // The outermost select of a chain is met first: it gives the
-            // longest path.
-            let mut path = Vec::new();
-            let mut node = e;
-            while let Expr::Select(select) = &node.expr {
-                path.push(select.field.as_str());
-                node = &select.operand;
-            }
-            match &node.expr {
-                Expr::Ident(ident) if names(ident, name) => {
-                    path.reverse();
-                    access.add_at(&path, &Access::Full);
-                }
-                _ => visit(node, name, access),
-            }
+        // `has(chain.f)`: `f` is only tested for.
+        Expr::Select(select) if select.test => visit_chain(
+            &select.operand,
+            &[&select.field],
+            &Access::Present,
+            name,
+            access,
+        ),
+        // `'f' in chain`: as `has(chain.f)` on a map (on a list, the chain's
+        // value is not an object, and is converted whole).
+        Expr::Call(call)
+            if call.func_name == operators::IN
+                && call.target.is_none()
+                && call.args.len() == 2
+                && string_literal(&call.args[0]).is_some() =>
+        {
+            let key = string_literal(&call.args[0]).unwrap_or_default();
+            visit_chain(
+                uncharged(&call.args[1]),
+                &[key],
+                &Access::Present,
+                name,
+                access,
+            )
+        }
+        // The outermost step of a chain is met first: it gives the longest path.
+        Expr::Select(_) | Expr::Call(_) if chain_step(e).is_some() => {
+            visit_chain(e, &[], &Access::Full, name, access)
         }
         // A comprehension variable of the same name hides the input: too
         // rare to be worth telling apart, so the input is read whole.
@@ -203,6 +252,73 @@ pub fn activation_access(
     access
 }
 
+/// Adds a read of `tail` (fields selected in order) below the chain `e`, as
+/// `leaf` says, when `e` is a chain from `name`; otherwise visits `e`.
+fn visit_chain(e: &IdedExpr, tail: &[&str], leaf: &Access, name: &str, access: &mut Access) {
+    match chain_root(e) {
+        (root, mut path) if matches!(&root.expr, Expr::Ident(ident) if names(ident, name)) => {
+            path.extend_from_slice(tail);
+            access.add_at(&path, leaf);
+        }
+        (root, _) => visit(root, name, access),
+    }
+}
+
+/// The operand a chain of field selections starts from, and the fields it
+/// selects in order (none when `e` is no selection).
+fn chain_root(e: &IdedExpr) -> (&IdedExpr, Vec<&str>) {
+    let mut path = Vec::new();
+    let mut node = e;
+    while let Some((operand, field)) = chain_step(node) {
+        path.push(field);
+        node = operand;
+    }
+    path.reverse();
+    (node, path)
+}
+
+/// One step of a chain of field selections: the operand and the field of
+/// `operand.field`, or of `operand['field']` (a literal key selects as a
+/// field does: on a map both find the same entry or fail the same way).
+fn chain_step(e: &IdedExpr) -> Option<(&IdedExpr, &str)> {
+    match &e.expr {
+        Expr::Select(select) if !select.test => Some((&select.operand, &select.field)),
+        Expr::Call(call)
+            if call.func_name == operators::INDEX
+                && call.target.is_none()
+                && call.args.len() == 2 =>
+        {
+            Some((&call.args[0], string_literal(&call.args[1])?))
+        }
+        _ => None,
+    }
+}
+
+/// `e` without the wrapper that charges its value's cost: a comprehension's
+/// range is wrapped to count the values it copies into the iteration
+/// variable (kmutate's allocation guard; with fewer values converted, fewer
+/// are copied), the right side of `in` to charge the lookup.
+fn uncharged(e: &IdedExpr) -> &IdedExpr {
+    match &e.expr {
+        Expr::Call(call)
+            if (call.func_name == super::cost::RANGE_FN
+                || call.func_name == super::cost::DYN_FN)
+                && call.args.len() == 2 =>
+        {
+            &call.args[1]
+        }
+        _ => e,
+    }
+}
+
+/// The text of a string literal.
+fn string_literal(e: &IdedExpr) -> Option<&str> {
+    match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => Some(s.inner()),
+        _ => None,
+    }
+}
+
 /// [`visit`] for an expression whose value is observed as `result` says.
 fn visit_result(e: &IdedExpr, name: &str, access: &mut Access, result: &Access) {
     if matches!(result, Access::Full) || matches!(access, Access::Full) {
@@ -210,7 +326,7 @@ fn visit_result(e: &IdedExpr, name: &str, access: &mut Access, result: &Access) 
     }
     match &e.expr {
         Expr::Ident(ident) if names(ident, name) => access.merge(result),
-        Expr::Select(select) if !select.test => match chain_path(e, name) {
+        Expr::Select(_) | Expr::Call(_) if chain_step(e).is_some() => match chain_path(e, name) {
             Some(path) => access.add_at(&path, result),
             None => visit(e, name, access),
         },
@@ -286,29 +402,10 @@ fn is_true(e: &IdedExpr) -> bool {
 }
 
 /// The fields selected from the variable `name` when `e` is such a chain
-/// (`name.a.b`, or `name` itself: no fields).
+/// (`name.a.b`, `name['a'].b`, or `name` itself: no fields).
 fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
-    // A comprehension's range is wrapped to count the values it copies
-    // into the iteration variable (kmutate's allocation guard): with fewer
-    // values converted, fewer are copied.
-    let e = match &e.expr {
-        Expr::Call(call) if call.func_name == super::cost::RANGE_FN && call.args.len() == 2 => {
-            &call.args[1]
-        }
-        _ => e,
-    };
-    let mut path = Vec::new();
-    let mut node = e;
-    while let Expr::Select(select) = &node.expr {
-        if select.test {
-            return None;
-        }
-        path.push(select.field.as_str());
-        node = &select.operand;
-    }
-    match &node.expr {
-        Expr::Ident(ident) if names(ident, name) => {
-            path.reverse();
+    match chain_root(uncharged(e)) {
+        (root, path) if matches!(&root.expr, Expr::Ident(ident) if names(ident, name)) => {
             Some(path)
         }
         _ => None,
@@ -336,9 +433,81 @@ mod tests {
             access("has(object.metadata.labels) && object.metadata.name == 'x'"),
             Access::fields(&[(
                 "metadata",
+                Access::fields(&[("labels", Access::Present), ("name", Access::Full)])
+            )])
+        );
+    }
+
+    #[test]
+    fn literal_keys_select_and_tests_read_presence_only() {
+        let labels =
+            |inner: Access| Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))]);
+        assert_eq!(
+            access("object.metadata['labels']['app'] == 'web'"),
+            labels(Access::fields(&[("app", Access::Full)]))
+        );
+        assert_eq!(
+            access("object['spec'].replicas > 1"),
+            Access::fields(&[("spec", Access::fields(&[("replicas", Access::Full)]))])
+        );
+        assert_eq!(
+            access("'app' in object.metadata.labels"),
+            labels(Access::fields(&[("app", Access::Present)]))
+        );
+        assert_eq!(
+            access("has(object.metadata.labels.app)"),
+            labels(Access::fields(&[("app", Access::Present)]))
+        );
+        // A test and a read of the same field: the read covers the test.
+        assert_eq!(
+            access("'app' in object.metadata.labels && object.metadata.labels.app == 'x'"),
+            labels(Access::fields(&[("app", Access::Full)]))
+        );
+        assert_eq!(
+            access("has(object.metadata.labels) && 'app' in object.metadata.labels"),
+            labels(Access::fields(&[("app", Access::Present)]))
+        );
+        // Keys that are not string literals, and other uses: whole.
+        assert_eq!(access("1 in object.metadata.labels"), labels(Access::Full));
+        assert_eq!(
+            access("object.metadata.labels[object.metadata.name]"),
+            Access::fields(&[(
+                "metadata",
                 Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
             )])
         );
+        assert_eq!(
+            access("object.metadata.labels[?'app']"),
+            labels(Access::Full)
+        );
+        assert_eq!(
+            access("'app' in object.metadata.labels && size(object.metadata.labels) > 1"),
+            labels(Access::Full)
+        );
+        // A test below an index that is no literal key.
+        assert_eq!(
+            access("has(object.spec.containers[0].image)"),
+            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
+        );
+    }
+
+    #[test]
+    fn presence_merges_below_every_other_read() {
+        let fields = Access::fields(&[("a", Access::Full)]);
+        let elements = Access::Elements(Box::new(Access::Full));
+        for other in [Access::Full, fields, elements] {
+            let mut access = Access::Present;
+            access.merge(&other);
+            assert_eq!(access, other);
+            let mut access = other.clone();
+            access.merge(&Access::Present);
+            assert_eq!(access, other);
+        }
+        let mut access = Access::None;
+        access.merge(&Access::Present);
+        assert_eq!(access, Access::Present);
+        access.merge(&Access::None);
+        assert_eq!(access, Access::Present);
     }
 
     #[test]
@@ -350,7 +519,7 @@ mod tests {
             Access::fields(&[("spec", Access::Full)])
         );
         assert_eq!(access("size(object) > 0"), Access::Full);
-        assert_eq!(access("object['spec'].replicas > 1"), Access::Full);
+        assert_eq!(access("object[object.kind].replicas > 1"), Access::Full);
         assert_eq!(access("object.?spec.orValue({}) == {}"), Access::Full);
         assert_eq!(access("[1].all(object, object > 0)"), Access::Full);
         assert_eq!(access("1 == 1"), Access::None);
@@ -366,7 +535,7 @@ mod tests {
                 Access::fields(&[(
                     "containers",
                     elements(Access::fields(&[
-                        ("image", Access::Full),
+                        ("image", Access::Present),
                         ("name", Access::Full)
                     ]))
                 )])
@@ -408,7 +577,10 @@ mod tests {
                         "containers",
                         elements(Access::fields(&[
                             ("name", Access::Full),
-                            ("resources", Access::fields(&[("requests", Access::Full)])),
+                            (
+                                "resources",
+                                Access::fields(&[("requests", Access::Present)])
+                            ),
                         ]))
                     ),
                     ("hostname", Access::Full),
@@ -431,7 +603,7 @@ mod tests {
                     "containers",
                     elements(Access::fields(&[(
                         "resources",
-                        Access::fields(&[("requests", Access::Full)])
+                        Access::fields(&[("requests", Access::Present)])
                     )]))
                 )])
             )])

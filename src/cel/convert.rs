@@ -5,7 +5,7 @@
 //! mutation's result, which is small.
 
 use super::access::Access;
-use cel::common::traits::{Indexer, Sizer};
+use cel::common::traits::{Container, Indexer, Sizer};
 use cel::common::types::{self as cel_types, Type};
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
@@ -61,9 +61,9 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
 /// [`Access`]): a JSON object read only through selections becomes a map of
 /// the selected fields it has; anything else is converted whole.
 pub fn json_to_val_for<'a>(value: &'a Json, access: &'a Access) -> Box<dyn Val + 'a> {
-    match (value, access) {
-        (Json::Object(map), Access::Fields(fields)) => Box::new(SelectedFields { map, fields }),
-        (Json::Array(items), Access::Elements(inner)) => Box::new(CelList::from(
+    match (value, access.selected(), access.items()) {
+        (Json::Object(map), Some(fields), _) => Box::new(SelectedFields { map, fields }),
+        (Json::Array(items), _, Some(inner)) => Box::new(CelList::from(
             items
                 .iter()
                 .map(|item| json_to_val_for(item, inner))
@@ -77,8 +77,8 @@ pub fn json_to_val_for<'a>(value: &'a Json, access: &'a Access) -> Box<dyn Val +
 /// JSON: two values with equal projections convert to equal CEL values, so
 /// an expression reading the input as `access` says cannot tell them apart.
 pub fn project(value: &Json, access: &Access) -> Json {
-    match (value, access) {
-        (Json::Object(map), Access::Fields(fields)) => Json::Object(
+    match (value, access.selected(), access.items()) {
+        (Json::Object(map), Some(fields), _) => Json::Object(
             fields
                 .iter()
                 .filter_map(|(field, inner)| {
@@ -87,7 +87,7 @@ pub fn project(value: &Json, access: &Access) -> Json {
                 })
                 .collect(),
         ),
-        (Json::Array(items), Access::Elements(inner)) => {
+        (Json::Array(items), _, Some(inner)) => {
             Json::Array(items.iter().map(|item| project(item, inner)).collect())
         }
         _ => value.clone(),
@@ -97,8 +97,8 @@ pub fn project(value: &Json, access: &Access) -> Json {
 /// Whether `project(value, access) == *projected`, without building the
 /// projection.
 pub fn projection_matches(projected: &Json, value: &Json, access: &Access) -> bool {
-    match (value, access) {
-        (Json::Object(map), Access::Fields(fields)) => {
+    match (value, access.selected(), access.items()) {
+        (Json::Object(map), Some(fields), _) => {
             let Json::Object(projected) = projected else {
                 return false;
             };
@@ -112,7 +112,7 @@ pub fn projection_matches(projected: &Json, value: &Json, access: &Access) -> bo
             }
             present == projected.len()
         }
-        (Json::Array(items), Access::Elements(inner)) => {
+        (Json::Array(items), _, Some(inner)) => {
             let Json::Array(projected) = projected else {
                 return false;
             };
@@ -226,6 +226,10 @@ impl Val for SelectedFields<'_> {
         Some(self)
     }
 
+    fn as_container(&self) -> Option<&dyn Container> {
+        Some(self)
+    }
+
     fn equals(&self, other: &dyn Val) -> bool {
         match as_selected_fields(other) {
             Some(other) => self.to_map().equals(&other.to_map()),
@@ -265,6 +269,19 @@ impl Indexer for SelectedFields<'_> {
         Self: 'w,
     {
         self.get(key).map(CowVal::into_owned)
+    }
+}
+
+/// `'f' in object`, for a selected `f` (see [`Access::Present`]).
+impl Container for SelectedFields<'_> {
+    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+        match key.downcast_ref::<CelString>() {
+            Some(name) if self.fields.contains_key(name.inner()) => {
+                Ok(self.map.contains_key(name.inner()))
+            }
+            // Not a selection: answered as the map of the selected fields would.
+            _ => self.to_map().contains(key),
+        }
     }
 }
 
@@ -416,6 +433,11 @@ mod tests {
                 ("spec", Access::Full),
             ]),
             Access::Elements(Box::new(Access::fields(&[("spec", Access::Full)]))),
+            Access::Present,
+            Access::fields(&[
+                ("metadata", Access::fields(&[("labels", Access::Present)])),
+                ("spec", Access::fields(&[("containers", Access::Present)])),
+            ]),
         ];
         (docs, accesses)
     }
@@ -483,6 +505,10 @@ mod tests {
                 }
                 let index = CelInt::from(0);
                 assert_eq!(view.get(&index).err(), whole.get(&index).err());
+                for key in ["spec", "metadata", "absent"] {
+                    let key = CelString::from(key);
+                    assert_eq!(view.contains(&key), whole.contains(&key), "{doc} {key:?}");
+                }
             }
         }
     }

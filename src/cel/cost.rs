@@ -85,7 +85,7 @@ const GROWTH_FN: &str = "@kcost_growth";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
 const SIZE_FN: &str = "@kcost_size";
 /// `(code, x)`: charges the call `code` names, from `x` and the remembered size.
-const DYN_FN: &str = "@kcost_call";
+pub(crate) const DYN_FN: &str = "@kcost_call";
 
 /// The variables of the activation: a call on anything else that spells a
 /// qualified name (`sets.contains(...)`) names a function, not a method.
@@ -463,14 +463,14 @@ fn count_values(v: &dyn Val, cap: u64, views: Held) -> u64 {
     }
     /// `walk` of `json_to_val_for(value, access)`, counted on the JSON.
     fn walk_converted(value: &Json, access: &Access, total: &mut u64, cap: u64) {
-        match (value, access) {
-            (Json::Object(map), Access::Fields(fields)) => {
+        match (value, access.selected(), access.items()) {
+            (Json::Object(map), Some(fields), _) => {
                 if *total > cap {
                     return;
                 }
                 walk_selected(&SelectedFields::new(map, fields), total, cap)
             }
-            (Json::Array(items), Access::Elements(inner)) => {
+            (Json::Array(items), _, Some(inner)) => {
                 if *total > cap {
                     return;
                 }

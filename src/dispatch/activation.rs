@@ -271,7 +271,7 @@ impl Activation<'_> {
             access = match access {
                 Access::Fields(selected) => selected.get(field)?,
                 Access::Full => access,
-                Access::None | Access::Elements(_) => return None,
+                Access::None | Access::Present | Access::Elements(_) => return None,
             };
             json = map.get(field)?;
         }

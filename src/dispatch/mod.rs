@@ -105,7 +105,8 @@ fn request_fields(policies: &[CompiledPolicy]) -> RequestFields {
         .flat_map(|p| std::iter::once(&p.match_access).chain(&p.mutation_access));
     for access in accesses {
         match access.request() {
-            Access::None => {}
+            // `request` itself is always there.
+            Access::None | Access::Present => {}
             Access::Fields(read) => fields.extend(read.keys().cloned()),
             Access::Full | Access::Elements(_) => return RequestFields::All,
         }
