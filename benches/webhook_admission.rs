@@ -43,9 +43,14 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     assert!(!engine.matched(&prematch).is_empty());
     let uid = review.request.uid.clone();
     let answer = match engine.admit_prematched(review.request, Some(prematch), &NoMetrics) {
-        (Outcome::Admitted { object, warnings }, original) => {
-            Answer::admit_from(&original, &object, warnings)
-        }
+        (
+            Outcome::Admitted {
+                object,
+                warnings,
+                changed,
+            },
+            original,
+        ) => Answer::admit_from(&original, &object, changed, warnings),
         (Outcome::Denied { message, code }, _) => Answer::deny(code, message),
     };
     review::encode(review.version, &uid, &answer)

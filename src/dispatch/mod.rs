@@ -269,6 +269,10 @@ pub enum Outcome {
         object: Json,
         /// Warnings to return.
         warnings: Vec<String>,
+        /// Whether the admission may have changed the object: when not,
+        /// `object` is the request's object as it came, and a caller need
+        /// not compare the two.
+        changed: bool,
     },
     /// The request is denied.
     Denied {
@@ -540,12 +544,14 @@ impl PolicySet {
             return Outcome::Admitted {
                 object: Json::Null,
                 warnings: Vec::new(),
+                changed: false,
             };
         }
         if request.operation == "DELETE" || is_policy_object(&request) {
             return Outcome::Admitted {
                 object: request.object.take().unwrap_or(Json::Null),
                 warnings: Vec::new(),
+                changed: false,
             };
         }
         let mut state = AdmissionState {
@@ -557,6 +563,7 @@ impl PolicySet {
             prematch: prematch.filter(|p| p.bindings == self.bindings.len()),
             quiet: BindingSet::default(),
             changed: false,
+            touched: false,
             errors: Vec::new(),
             observer,
             checks: ObjectChecks::default(),
@@ -620,6 +627,7 @@ impl PolicySet {
                 };
             }
             state.errors.clear();
+            state.touched |= state.changed;
             if state.reinvoke.is_some() || !state.changed || state.invoked_if_needed.is_empty() {
                 break;
             }
@@ -629,6 +637,7 @@ impl PolicySet {
         Outcome::Admitted {
             object: state.attrs.object.take().unwrap_or(Json::Null),
             warnings: Vec::new(),
+            changed: state.touched,
         }
     }
 
@@ -1021,8 +1030,10 @@ impl PolicySet {
         }
         // Back to the request's version.
         if converted {
-            if let Some(v) = original_api_version {
-                versioned["apiVersion"] = v;
+            match original_api_version {
+                Some(v) => versioned["apiVersion"] = v,
+                // The object keeps the version it was given.
+                None => state.touched = true,
             }
         }
         state.attrs.object = Some(versioned);
@@ -1052,6 +1063,9 @@ struct AdmissionState<'o> {
     quiet: BindingSet,
     /// Whether the object changed in this pass.
     changed: bool,
+    /// Whether the object may have changed in an earlier pass, or other than
+    /// by a mutation (see [`Outcome::Admitted`]).
+    touched: bool,
     /// Errors of this pass.
     errors: Vec<PolicyError>,
     /// Told about mutations (metrics).
@@ -1549,6 +1563,54 @@ mod tests {
     // again as a type it passed them for: merged as another type, its
     // errors must still be found (here `data`, which a Pod does not have),
     // whichever type comes first.
+    // An admission whose mutations find nothing to do says so, so that the
+    // webhook answers without comparing the objects; one that changes
+    // anything, in either pass, says it may have.
+    #[test]
+    fn an_admission_says_whether_it_changed_the_object() {
+        let changed = |mutations: Json, reinvoke: bool, data: Json| {
+            let mut policy = configmap_policy(json!([]), mutations);
+            if reinvoke {
+                policy.reinvocation_policy = ReinvocationPolicy::IfNeeded;
+            }
+            let (set, errors) = PolicySet::new(vec![policy], vec![binding("b", "p")]);
+            assert!(errors.is_empty(), "{errors:?}");
+            let resources = ResourceTable::builtin();
+            let request = configmap_create(data, &resources);
+            match admit(&set, &request, &resources) {
+                Outcome::Admitted {
+                    object, changed, ..
+                } => {
+                    if !changed {
+                        assert_eq!(Some(&object), request.object.as_ref());
+                    }
+                    changed
+                }
+                other => panic!("not admitted: {other:?}"),
+            }
+        };
+        let apply = |e: &str| json!([{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": e}}]);
+        let patch = |e: &str| json!([{"patchType": "JSONPatch", "jsonPatch": {"expression": e}}]);
+        let set_a = apply("Object{data: {'a': '1'}}");
+        assert!(changed(set_a.clone(), false, json!({})));
+        assert!(changed(set_a.clone(), false, json!({"a": "2"})));
+        assert!(!changed(set_a, false, json!({"a": "1"})));
+        let replace = patch("[JSONPatch{op: 'replace', path: '/data/a', value: '1'}]");
+        assert!(changed(replace.clone(), false, json!({"a": "2"})));
+        assert!(!changed(replace, false, json!({"a": "1"})));
+        let failed_test = patch(
+            "[JSONPatch{op: 'test', path: '/data/a', value: 'x'}, \
+              JSONPatch{op: 'add', path: '/data/b', value: '1'}]",
+        );
+        assert!(!changed(failed_test, false, json!({"a": "1"})));
+        let moved = patch("[JSONPatch{op: 'move', from: '/data/a', path: '/data/b'}]");
+        assert!(changed(moved, false, json!({"a": "1"})));
+        // Changed in the first pass, and found done in the reinvocation pass.
+        let counter = apply("Object{data: {'n': has(object.data.n) ? object.data.n : '1'}}");
+        assert!(changed(counter.clone(), true, json!({})));
+        assert!(!changed(counter, true, json!({"n": "1"})));
+    }
+
     #[test]
     fn a_constant_configuration_is_checked_again_for_another_type() {
         let mut policy = configmap_policy(

@@ -355,4 +355,41 @@ mod tests {
         // Each fixture binding runs one mutation: none after the third.
         assert_eq!(stopped.mutations.get(), 3);
     }
+
+    // The fixture's policies, as most policies, leave alone an object they
+    // already set up: admitting their own result again (the object's next
+    // update) says so, and the answer carries no patch.
+    #[test]
+    fn admitting_the_mutated_object_again_changes_nothing() {
+        use crate::webhook::review::Answer;
+        let (engine, mut request) = fixture();
+        let answer = |engine: &Engine, request: &AdmissionRequest| {
+            let whole = StopAfter {
+                stop_after: usize::MAX,
+                mutations: Cell::new(0),
+            };
+            match engine.admit_prematched(request.clone(), None, &whole) {
+                (
+                    Outcome::Admitted {
+                        object,
+                        warnings,
+                        changed,
+                    },
+                    original,
+                ) => (
+                    changed,
+                    Answer::admit_from(&original, &object, changed, warnings),
+                    object,
+                ),
+                (other, _) => panic!("not admitted: {other:?}"),
+            }
+        };
+        let (changed, first, mutated) = answer(&engine, &request);
+        assert!(changed && first.patch.is_some());
+        request.object = Some(mutated.clone());
+        let (changed, again, unchanged) = answer(&engine, &request);
+        assert!(!changed, "the second admission changed the object");
+        assert_eq!(unchanged, mutated);
+        assert_eq!(again, Answer::allow());
+    }
 }

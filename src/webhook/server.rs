@@ -871,7 +871,14 @@ fn evaluate(
             tracing::info!(uid = %uid, policy = %policy, binding = %binding, code, denial = %message, "request denied");
             Evaluated::Done(Answer::deny(code, message), RequestResult::Denied, None)
         }
-        Ok((Outcome::Admitted { object, warnings }, original)) => {
+        Ok((
+            Outcome::Admitted {
+                object,
+                warnings,
+                changed,
+            },
+            original,
+        )) => {
             let ignored: Vec<&SeenError> = errors
                 .iter()
                 .filter(|e| e.failure_policy.is_some())
@@ -882,7 +889,7 @@ fn evaluate(
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
             let (answer, result) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                Answer::admit_from(&original, &object, warnings)
+                Answer::admit_from(&original, &object, changed, warnings)
             })) {
                 Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
                 Ok(answer) => (answer, RequestResult::Allowed),
