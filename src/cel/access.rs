@@ -165,6 +165,11 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
     if matches!(access, Access::Full) {
         return;
     }
+    // `'f' in chain`: as `has(chain.f)` on a map (on a list, the chain's
+    // value is not an object, and is converted whole).
+    if let Some((key, map)) = key_search(e) {
+        return visit_chain(map, &[key], &Access::Present, name, access);
+    }
     match &e.expr {
         Expr::Ident(ident) if names(ident, name) => *access = Access::Full,
         // `has(chain.f)`: `f` is only tested for.
@@ -175,23 +180,6 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
             name,
             access,
         ),
-        // `'f' in chain`: as `has(chain.f)` on a map (on a list, the chain's
-        // value is not an object, and is converted whole).
-        Expr::Call(call)
-            if call.func_name == operators::IN
-                && call.target.is_none()
-                && call.args.len() == 2
-                && string_literal(&call.args[0]).is_some() =>
-        {
-            let key = string_literal(&call.args[0]).unwrap_or_default();
-            visit_chain(
-                uncharged(&call.args[1]),
-                &[key],
-                &Access::Present,
-                name,
-                access,
-            )
-        }
         // The outermost step of a chain is met first: it gives the longest path.
         Expr::Select(_) | Expr::Call(_) if chain_step(e).is_some() => {
             visit_chain(e, &[], &Access::Full, name, access)
@@ -289,6 +277,19 @@ fn chain_step(e: &IdedExpr) -> Option<(&IdedExpr, &str)> {
                 && call.args.len() == 2 =>
         {
             Some((&call.args[0], string_literal(&call.args[1])?))
+        }
+        _ => None,
+    }
+}
+
+/// The literal key and the searched value of `'key' in value`.
+fn key_search(e: &IdedExpr) -> Option<(&str, &IdedExpr)> {
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    match call.args.as_slice() {
+        [key, value] if call.func_name == operators::IN && call.target.is_none() => {
+            Some((string_literal(key)?, uncharged(value)))
         }
         _ => None,
     }
