@@ -1559,10 +1559,6 @@ mod tests {
         }
     }
 
-    // A constant applied configuration skips the patch checks when merged
-    // again as a type it passed them for: merged as another type, its
-    // errors must still be found (here `data`, which a Pod does not have),
-    // whichever type comes first.
     // An admission whose mutations find nothing to do says so, so that the
     // webhook answers without comparing the objects; one that changes
     // anything, in either pass, says it may have.
@@ -1611,6 +1607,10 @@ mod tests {
         assert!(!changed(counter, true, json!({"n": "1"})));
     }
 
+    // A constant applied configuration skips the patch checks when merged
+    // again as a type it passed them for: merged as another type, its
+    // errors must still be found (here `data`, which a Pod does not have),
+    // whichever type comes first.
     #[test]
     fn a_constant_configuration_is_checked_again_for_another_type() {
         let mut policy = configmap_policy(
