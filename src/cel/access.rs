@@ -243,26 +243,32 @@ pub fn activation_access(
 /// Adds a read of `tail` (fields selected in order) below the chain `e`, as
 /// `leaf` says, when `e` is a chain from `name`; otherwise visits `e`.
 fn visit_chain(e: &IdedExpr, tail: &[&str], leaf: &Access, name: &str, access: &mut Access) {
-    match chain_root(e) {
-        (root, mut path) if matches!(&root.expr, Expr::Ident(ident) if names(ident, name)) => {
+    match chain_from(e, name) {
+        Ok(mut path) => {
             path.extend_from_slice(tail);
             access.add_at(&path, leaf);
         }
-        (root, _) => visit(root, name, access),
+        Err(root) => visit(root, name, access),
     }
 }
 
-/// The operand a chain of field selections starts from, and the fields it
-/// selects in order (none when `e` is no selection).
-fn chain_root(e: &IdedExpr) -> (&IdedExpr, Vec<&str>) {
+/// The fields a chain of field selections selects in order from the
+/// variable `name` (none when `e` is `name` itself), or the operand it
+/// starts from when that is not `name`.
+fn chain_from<'e>(e: &'e IdedExpr, name: &str) -> Result<Vec<&'e str>, &'e IdedExpr> {
     let mut path = Vec::new();
     let mut node = e;
     while let Some((operand, field)) = chain_step(node) {
         path.push(field);
         node = operand;
     }
-    path.reverse();
-    (node, path)
+    match &node.expr {
+        Expr::Ident(ident) if names(ident, name) => {
+            path.reverse();
+            Ok(path)
+        }
+        _ => Err(node),
+    }
 }
 
 /// One step of a chain of field selections: the operand and the field of
@@ -405,12 +411,7 @@ fn is_true(e: &IdedExpr) -> bool {
 /// The fields selected from the variable `name` when `e` is such a chain
 /// (`name.a.b`, `name['a'].b`, or `name` itself: no fields).
 fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
-    match chain_root(uncharged(e)) {
-        (root, path) if matches!(&root.expr, Expr::Ident(ident) if names(ident, name)) => {
-            Some(path)
-        }
-        _ => None,
-    }
+    chain_from(uncharged(e), name).ok()
 }
 
 #[cfg(test)]
