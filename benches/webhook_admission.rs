@@ -45,12 +45,10 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     let answer = match engine.admit_prematched(review.request, Some(prematch), &NoMetrics) {
         (
             Outcome::Admitted {
-                object,
-                warnings,
-                changed,
+                object, warnings, ..
             },
             original,
-        ) => Answer::admit_from(&original, &object, changed, warnings),
+        ) => Answer::admit_from(original.as_ref(), &object, warnings),
         (Outcome::Denied { message, code }, _) => Answer::deny(code, message),
     };
     review::encode(review.version, &uid, &answer)

@@ -3,8 +3,9 @@
 
 use crate::api::{binding_from_json, load, policy_from_json, SourceRef};
 use crate::authorizer::FixedAuthorizer;
-use crate::dispatch::{AdmissionContext, Outcome, PolicySet};
+use crate::dispatch::{AdmissionContext, NoObserver, Outcome, PolicySet};
 use crate::matching::{complete_request, ResourceTable};
+use crate::mutation::diff::Snapshot;
 use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
 use serde_json::Value as Json;
@@ -39,15 +40,29 @@ pub struct PreparedCase {
 }
 
 impl PreparedCase {
-    /// Runs the admission.
-    pub fn run(&self) -> Outcome {
-        let ctx = AdmissionContext {
+    fn context(&self) -> AdmissionContext<'_> {
+        AdmissionContext {
             cluster: &self.cluster,
             schemas: &self.schemas,
             resources: &self.resources,
             authorizer: &self.authorizer,
-        };
-        self.policies.admit(&self.request, &ctx)
+        }
+    }
+
+    /// Runs the admission.
+    pub fn run(&self) -> Outcome {
+        self.policies.admit(&self.request, &self.context())
+    }
+
+    /// Runs the admission as the webhook does, with the snapshot of the
+    /// object its patch is computed from.
+    pub fn run_keeping_original(&self) -> (Outcome, Option<Snapshot>) {
+        self.policies.admit_keeping_original(
+            self.request.clone(),
+            None,
+            &self.context(),
+            &NoObserver,
+        )
     }
 }
 
@@ -196,22 +211,46 @@ pub fn run_case(case: &Case) -> CaseResult {
         Err(e) => return CaseResult::Fail(format!("{}: {e}", case.source)),
     };
     let expect = case.doc.get("expect").cloned().unwrap_or(Json::Null);
-    let outcome = prepared.run();
-    // The webhook answers an admission that says it left the object as it
-    // came without comparing the two: every case checks that it did.
+    let (outcome, original) = prepared.run_keeping_original();
     if let Outcome::Admitted {
-        object,
-        changed: false,
-        ..
+        object, changed, ..
     } = &outcome
     {
-        if object != prepared.request.object.as_ref().unwrap_or(&Json::Null) {
-            return CaseResult::Fail(
-                "the admission said it left the object unchanged, but changed it".into(),
-            );
+        if let Err(e) = check_unchanged_claims(
+            prepared.request.object.as_ref().unwrap_or(&Json::Null),
+            object,
+            *changed,
+            original.as_ref(),
+        ) {
+            return CaseResult::Fail(e.into());
         }
     }
     check(&expect, &outcome)
+}
+
+/// The webhook answers an admission that says it left the object as it
+/// came (`changed`), or that took no snapshot of it (`original`), without
+/// comparing the two, and computes its patch from the snapshot: every case
+/// checks that those claims hold of `request_object`, the object as the
+/// request gave it.
+fn check_unchanged_claims(
+    request_object: &Json,
+    object: &Json,
+    changed: bool,
+    original: Option<&Snapshot>,
+) -> Result<(), &'static str> {
+    if !changed && object != request_object {
+        return Err("the admission said it left the object unchanged, but changed it");
+    }
+    match original {
+        None if changed || object != request_object => {
+            Err("the admission wrote to the object without taking its snapshot first")
+        }
+        Some(snapshot) if !snapshot.diff(request_object).0.is_empty() => {
+            Err("the admission's snapshot is not the object as the request gave it")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Compares an outcome with a case's `expect`.

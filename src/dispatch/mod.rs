@@ -19,6 +19,7 @@ use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJEC
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
 use crate::matching::{self, ResourceTable};
 use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
+use crate::mutation::diff::Snapshot;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects, RequestFields};
 use crate::schema::model::FastHash;
@@ -383,8 +384,8 @@ pub enum SkipReason<'a> {
     ParamNotFound,
 }
 
-/// Observes nothing.
-struct NoObserver;
+/// Observes nothing (an admission nobody counts or logs).
+pub struct NoObserver;
 
 impl AdmissionObserver for NoObserver {}
 
@@ -535,24 +536,61 @@ impl PolicySet {
     /// when the binding's matching does not read the object.
     pub fn admit_prematched(
         &self,
-        mut request: AdmissionRequest,
+        request: AdmissionRequest,
         prematch: Option<Prematch>,
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
     ) -> Outcome {
+        self.admit_inner(request, prematch, ctx, observer, Original::Unwanted)
+            .0
+    }
+
+    /// [`PolicySet::admit_prematched`], with a snapshot of the request's
+    /// object as it came, for a patch from it to the admitted object.
+    ///
+    /// The snapshot is taken right before the admission first writes to the
+    /// object, so an admission that writes nothing (the mutations find
+    /// nothing to do, or none runs) takes none: `None` means the admitted
+    /// object is the request's object as it came.
+    pub fn admit_keeping_original(
+        &self,
+        request: AdmissionRequest,
+        prematch: Option<Prematch>,
+        ctx: &AdmissionContext<'_>,
+        observer: &dyn AdmissionObserver,
+    ) -> (Outcome, Option<Snapshot>) {
+        let (outcome, original) =
+            self.admit_inner(request, prematch, ctx, observer, Original::Pending);
+        let original = match original {
+            Original::Kept(snapshot) => Some(snapshot),
+            Original::Unwanted | Original::Pending => None,
+        };
+        (outcome, original)
+    }
+
+    fn admit_inner(
+        &self,
+        mut request: AdmissionRequest,
+        prematch: Option<Prematch>,
+        ctx: &AdmissionContext<'_>,
+        observer: &dyn AdmissionObserver,
+        original: Original,
+    ) -> (Outcome, Original) {
         if request.object.is_none() {
-            return Outcome::Admitted {
+            let outcome = Outcome::Admitted {
                 object: Json::Null,
                 warnings: Vec::new(),
                 changed: false,
             };
+            return (outcome, original);
         }
         if request.operation == "DELETE" || is_policy_object(&request) {
-            return Outcome::Admitted {
+            let outcome = Outcome::Admitted {
                 object: request.object.take().unwrap_or(Json::Null),
                 warnings: Vec::new(),
                 changed: false,
             };
+            return (outcome, original);
         }
         let mut state = AdmissionState {
             attrs: request,
@@ -567,7 +605,17 @@ impl PolicySet {
             errors: Vec::new(),
             observer,
             checks: ObjectChecks::default(),
+            original,
         };
+        let outcome = self.run_passes(&mut state, ctx);
+        (outcome, state.original)
+    }
+
+    /// The admission's passes over the bindings: the first, and the
+    /// reinvocation pass when an IfNeeded invocation ran and the object
+    /// changed.
+    fn run_passes(&self, state: &mut AdmissionState<'_>, ctx: &AdmissionContext<'_>) -> Outcome {
+        let observer = state.observer;
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
             let caching = CachingAuthorizer::new(ctx.authorizer);
@@ -594,7 +642,7 @@ impl PolicySet {
                     };
                 }
                 let errors = state.errors.len();
-                let dispatched = self.dispatch_binding(compiled, index, binding, ctx, &mut state);
+                let dispatched = self.dispatch_binding(compiled, index, binding, ctx, state);
                 if state.reinvoke.is_none()
                     && compiled.policy.param_kind.is_none()
                     && state.errors.len() == errors
@@ -753,6 +801,7 @@ impl PolicySet {
         // Kept only when converted, to be put back.
         let mut original_api_version = None;
         if converted {
+            state.original.before_write(&versioned);
             original_api_version = versioned.get("apiVersion").cloned();
             let matched_api_version = if matched_gvk.group.is_empty() {
                 matched_gvk.version.clone()
@@ -980,9 +1029,15 @@ impl PolicySet {
                     outcome = Err(status);
                     break;
                 };
-                let applied = result
-                    .map_err(StepError::Policy)
-                    .and_then(|m| apply_mutation(&mut versioned, m, schema, &mut state.checks));
+                let applied = result.map_err(StepError::Policy).and_then(|m| {
+                    apply_mutation(
+                        &mut versioned,
+                        m,
+                        schema,
+                        &mut state.checks,
+                        &mut state.original,
+                    )
+                });
                 if applied.is_ok() {
                     // The kept copies skip the patch checks when merged as
                     // this type again.
@@ -1072,6 +1127,29 @@ struct AdmissionState<'o> {
     observer: &'o dyn AdmissionObserver,
     /// What earlier mutations' schema checks showed of `attrs.object`.
     checks: ObjectChecks,
+    /// The request's object as it came, once taken.
+    original: Original,
+}
+
+/// The snapshot of the request's object, for a caller that answers with a
+/// patch from it ([`PolicySet::admit_keeping_original`]).
+enum Original {
+    /// No snapshot is taken.
+    Unwanted,
+    /// Taken right before the object is first written to.
+    Pending,
+    /// Taken.
+    Kept(Snapshot),
+}
+
+impl Original {
+    /// Called with the object, still as the request gave it, right before
+    /// the admission first writes to it; later calls do nothing.
+    fn before_write(&mut self, object: &Json) {
+        if let Original::Pending = self {
+            *self = Original::Kept(Snapshot::of(object));
+        }
+    }
 }
 
 /// A request's matching against every binding of a policy set, made before
@@ -1241,20 +1319,33 @@ fn apply_mutation(
     value: MutationValue,
     schema: &crate::schema::TypeRef,
     checks: &mut ObjectChecks,
+    original: &mut Original,
 ) -> Result<bool, StepError> {
+    // Told only while the snapshot is still to be taken: the mutations then
+    // find whether they change anything before writing.
+    let before_write: Option<&mut dyn FnMut(&Json)> = match original {
+        Original::Pending => Some(&mut |object: &Json| original.before_write(object)),
+        Original::Unwanted | Original::Kept(_) => None,
+    };
     match value {
         MutationValue::Apply(applied) => {
             let live = checks.live(schema);
             let known_patch = applied.checks_for(schema);
-            let changed =
-                apply_configuration_in_place(object, live, applied.patch, known_patch, schema)
-                    .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
+            let changed = apply_configuration_in_place(
+                object,
+                live,
+                applied.patch,
+                known_patch,
+                schema,
+                before_write,
+            )
+            .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it
         // leaves changed is never used.
-        MutationValue::Patch(ops) => match apply_patch_in_place(object, &ops) {
+        MutationValue::Patch(ops) => match apply_patch_in_place(object, &ops, before_write) {
             Ok(changed) => {
                 let unknown = checks.strict_errors(schema, &ops, object);
                 if unknown.is_empty() {
@@ -1573,7 +1664,7 @@ mod tests {
             assert!(errors.is_empty(), "{errors:?}");
             let resources = ResourceTable::builtin();
             let request = configmap_create(data, &resources);
-            match admit(&set, &request, &resources) {
+            let changed = match admit(&set, &request, &resources) {
                 Outcome::Admitted {
                     object, changed, ..
                 } => {
@@ -1583,7 +1674,17 @@ mod tests {
                     changed
                 }
                 other => panic!("not admitted: {other:?}"),
+            };
+            // Kept for a patch, the object as it came is taken exactly when
+            // the admission writes to it, before it does.
+            let (_, original) = with_context(&resources, |ctx| {
+                set.admit_keeping_original(request.clone(), None, ctx, &NoObserver)
+            });
+            assert_eq!(original.is_some(), changed);
+            if let (Some(original), Some(object)) = (original, &request.object) {
+                assert!(original.diff(object).0.is_empty());
             }
+            changed
         };
         let apply = |e: &str| json!([{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": e}}]);
         let patch = |e: &str| json!([{"patchType": "JSONPatch", "jsonPatch": {"expression": e}}]);

@@ -103,6 +103,7 @@ pub fn apply_configuration_to(
         patch.clone(),
         PatchChecks::Unchecked,
         ty,
+        None,
     )?;
     Ok(merged)
 }
@@ -111,6 +112,8 @@ pub fn apply_configuration_to(
 /// merged object, and the answer says whether it changed. On an error
 /// `live` is untouched: every error is found before anything is written.
 /// The patch checks are skipped when `known_patch` says they passed.
+/// `before_write`, if given, is called with `live`, still as it was, right
+/// before the merge writes to it; never when the merge changes nothing.
 ///
 /// Only the subtrees the patch reaches are rebuilt; the rest of the object is
 /// neither copied nor compared, which is what makes a small patch on a large
@@ -122,6 +125,7 @@ pub fn apply_configuration_in_place(
     mut patch: Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
+    before_write: Option<&mut dyn FnMut(&Value)>,
 ) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
     // Checks passed before (`known_patch`) had strings, or nothing, in the
@@ -178,7 +182,16 @@ pub fn apply_configuration_in_place(
         Change::Items(_) => Err(ApplyError::ToObject(
             crate::gofmt::type_name(live).to_string(),
         )),
-        change => Ok(change.apply(live)),
+        change => {
+            // Found before writing only for a caller that is told.
+            if let Some(before_write) = before_write {
+                if !change.changes(live) {
+                    return Ok(false);
+                }
+                before_write(live);
+            }
+            Ok(change.apply(live))
+        }
     }
 }
 
@@ -210,6 +223,52 @@ enum ItemChange<'p> {
 }
 
 impl Change<'_> {
+    /// Whether [`Change::apply`] would change `target`'s value: the same
+    /// comparisons, without writing.
+    fn changes(&self, target: &Value) -> bool {
+        match self {
+            Change::Set(v) => target != v,
+            Change::Remove => false,
+            Change::Fields(fields) => {
+                let Value::Object(map) = target else {
+                    return false;
+                };
+                fields
+                    .iter()
+                    .any(|(key, change)| match (change, map.get(*key)) {
+                        (Change::Remove, field) => field.is_some(),
+                        (change, Some(field)) => change.changes(field),
+                        (Change::Set(_), None) => true,
+                        (Change::Fields(_) | Change::Items(_), None) => false,
+                    })
+            }
+            Change::Items(items) => {
+                let Value::Array(list) = target else {
+                    return false;
+                };
+                let mut taken = vec![false; list.len()];
+                let mut next = 0;
+                for item in items {
+                    let (index, change) = match item {
+                        ItemChange::New(_) => return true,
+                        ItemChange::Keep(index) => (*index, None),
+                        ItemChange::Change(index, change) => (*index, Some(change)),
+                    };
+                    if taken.get(index).is_none_or(|t| *t) {
+                        continue;
+                    }
+                    taken[index] = true;
+                    if index != next || change.is_some_and(|c| c.changes(&list[index])) {
+                        return true;
+                    }
+                    next = index + 1;
+                }
+                // Items of the object left out.
+                taken.contains(&false)
+            }
+        }
+    }
+
     /// Writes the change into `target`; whether its value changed.
     fn apply(self, target: &mut Value) -> bool {
         match self {
@@ -1305,6 +1364,31 @@ mod tests {
         assert!(got == live);
     }
 
+    /// [`apply_configuration_in_place`], with the objects its `before_write`
+    /// was called with.
+    fn merge_in_place(
+        object: &mut Value,
+        known: LiveObject,
+        patch: Value,
+        known_patch: PatchChecks,
+        ty: &TypeRef,
+    ) -> (Result<bool, ApplyError>, Vec<Value>) {
+        let mut seen = Vec::new();
+        let mut untold = object.clone();
+        let result = apply_configuration_in_place(
+            object,
+            known,
+            patch.clone(),
+            known_patch,
+            ty,
+            Some(&mut |o| seen.push(o.clone())),
+        );
+        // Untold, it merges the same.
+        let same = apply_configuration_in_place(&mut untold, known, patch, known_patch, ty, None);
+        assert_eq!((&same, &untold), (&result, &*object));
+        (result, seen)
+    }
+
     #[test]
     fn in_place_merge_reports_change_and_keeps_object_on_error() {
         let ty = kind("apps", "v1", "Deployment");
@@ -1315,27 +1399,28 @@ mod tests {
         let same =
             json!({"spec": {"replicas": 1, "template": {"metadata": {"labels": {"a": "1"}}}}});
         assert_eq!(
-            apply_configuration_in_place(
+            merge_in_place(
                 &mut object,
                 LiveObject::Unchecked,
                 same.clone(),
                 PatchChecks::Unchecked,
                 &ty
             ),
-            Ok(false)
+            (Ok(false), vec![])
         );
         assert_eq!(object, live);
         // A new label lands after the existing one; untouched fields stay.
         let add = json!({"spec": {"template": {"metadata": {"labels": {"b": "2"}}}}});
+        // The merge is told of its first write, with the object as it was.
         assert_eq!(
-            apply_configuration_in_place(
+            merge_in_place(
                 &mut object,
                 LiveObject::Unchecked,
                 add.clone(),
                 PatchChecks::Unchecked,
                 &ty
             ),
-            Ok(true)
+            (Ok(true), vec![live.clone()])
         );
         assert_eq!(
             serde_json::to_string(&object["spec"]).unwrap(),
@@ -1344,14 +1429,14 @@ mod tests {
         // A failing merge leaves the object as it was.
         let before = object.clone();
         let bad = json!({"spec": {"replicas": "three", "paused": true}});
-        assert!(apply_configuration_in_place(
+        let (result, seen) = merge_in_place(
             &mut object,
             LiveObject::Unchecked,
             bad.clone(),
             PatchChecks::Unchecked,
-            &ty
-        )
-        .is_err());
+            &ty,
+        );
+        assert!(result.is_err() && seen.is_empty());
         assert_eq!(object, before);
     }
 
@@ -1365,13 +1450,9 @@ mod tests {
         let patch = json!({"spec": {"replicas": 2}});
         let run = |known: PatchChecks| {
             let mut object = live.clone();
-            let result = apply_configuration_in_place(
-                &mut object,
-                LiveObject::Valid,
-                patch.clone(),
-                known,
-                &ty,
-            );
+            let (result, seen) =
+                merge_in_place(&mut object, LiveObject::Valid, patch.clone(), known, &ty);
+            assert!(seen.is_empty());
             assert_eq!(object, live);
             result
         };

@@ -146,7 +146,9 @@ pub fn apply_patch_with_copy_limit(
 }
 
 /// [`apply_patch`] on the document itself, which is left untouched on an
-/// error; whether the document changed (by `==`).
+/// error; whether the document changed (by `==`). `before_write`, if
+/// given, is called with the document, still as it was, right before the
+/// patch writes to it; never when the patch changes nothing.
 ///
 /// The parts of the document the patch does not reach are moved into the
 /// result, not copied: a few operations on a large object cost little more
@@ -154,35 +156,66 @@ pub fn apply_patch_with_copy_limit(
 pub fn apply_patch_in_place(
     doc: &mut Value,
     ops: &[PatchOperation],
+    before_write: Option<&mut dyn FnMut(&Value)>,
 ) -> Result<bool, JsonPatchError> {
-    if let [op] = ops {
-        if matches!(op.op.as_str(), "add" | "replace" | "remove") {
-            // Checked on the untouched document first, with every error
-            // exactly as the general path gives it.
-            patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
+    // Most patches are one such operation, which is written where its path
+    // points instead.
+    let single = match ops {
+        [op] if matches!(op.op.as_str(), "add" | "replace" | "remove") => Some(op),
+        _ => None,
+    };
+    let mut movable = AddressSet::default();
+    let write = {
+        // Checked on the untouched document first, with every error as
+        // the patch gives it.
+        let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
+        // The direct write finds whether it changes anything itself, but
+        // only as it writes: it is found before for a caller that is told.
+        if (single.is_none() || before_write.is_some()) && root.same_as(doc) {
+            return Ok(false);
+        }
+        if let Some(before_write) = before_write {
+            before_write(doc);
+        }
+        match single {
+            Some(op) => Write::Direct(op),
+            None => Write::Rebuild(build_plan(root, doc, &mut movable)),
+        }
+    };
+    let built = match write {
+        Write::Rebuild(built) => built,
+        Write::Direct(op) => {
             if let Some(changed) = apply_checked_op(doc, op) {
                 return Ok(changed);
             }
+            // A path the direct write does not walk (it was accepted above).
+            let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
+            build_plan(root, doc, &mut movable)
         }
-    }
-    let mut movable = AddressSet::default();
-    let built = {
-        let root = patched(doc, ops, KUBE_APISERVER_MAX_COPY_BYTES)?;
-        if root.same_as(doc) {
-            return Ok(false);
-        }
-        // Subtrees of the document the result holds once are moved; those
-        // it holds twice (a `copy`), or that sit inside another it holds,
-        // are copied, as are the operations' values.
-        let mut holds = ByAddress::default();
-        root.count_holds(&mut holds);
-        find_movable(doc, &holds, &mut movable);
-        root.into_built(&movable)
     };
     let mut taken = ByAddress::with_capacity_and_hasher(movable.len(), Default::default());
     take_movable(doc, &movable, &mut taken);
     *doc = built.build(&mut taken);
     Ok(true)
+}
+
+/// How [`apply_patch_in_place`] writes a patch that changes the document.
+enum Write<'o> {
+    /// This one operation where its path points.
+    Direct(&'o PatchOperation),
+    /// The whole result, rebuilt.
+    Rebuild(Built),
+}
+
+/// The result of a patch whose `root` differs from `doc`, with the subtrees
+/// of `doc` it holds once (`movable`) left to be moved, not copied: those it
+/// holds twice (a `copy`), or that sit inside another it holds, are copied,
+/// as are the operations' values.
+fn build_plan(root: Node<'_>, doc: &Value, movable: &mut AddressSet) -> Built {
+    let mut holds = ByAddress::default();
+    root.count_holds(&mut holds);
+    find_movable(doc, &holds, movable);
+    root.into_built(movable)
 }
 
 /// Applies one `add`, `replace` or `remove` that [`patched`] accepted on
@@ -1220,6 +1253,21 @@ mod tests {
         }
     }
 
+    /// [`apply_patch_in_place`], with the documents its `before_write`
+    /// was called with.
+    fn in_place(
+        doc: &mut Value,
+        ops: &[PatchOperation],
+    ) -> (Result<bool, JsonPatchError>, Vec<Value>) {
+        let mut seen = Vec::new();
+        let mut untold = doc.clone();
+        let result = apply_patch_in_place(doc, ops, Some(&mut |d| seen.push(d.clone())));
+        // Untold, it patches the same.
+        let same = apply_patch_in_place(&mut untold, ops, None);
+        assert_eq!((&same, &untold), (&result, &*doc));
+        (result, seen)
+    }
+
     #[track_caller]
     fn ok(doc: Value, ops: &[PatchOperation], want: Value) {
         match apply_patch(&doc, ops) {
@@ -1227,13 +1275,16 @@ mod tests {
             Err(e) => panic!("unexpected error: {e}"),
         }
         // The dispatcher's in-place form gives the same document.
-        let mut in_place = doc.clone();
-        match apply_patch_in_place(&mut in_place, ops) {
-            Ok(changed) => {
-                assert_eq!(in_place, want, "in place");
+        // It is told of its first write, with the document as it was,
+        // exactly when the document changes.
+        let mut patched = doc.clone();
+        match in_place(&mut patched, ops) {
+            (Ok(changed), seen) => {
+                assert_eq!(patched, want, "in place");
                 assert_eq!(changed, doc != want, "changed");
+                assert_eq!(seen, if changed { vec![doc] } else { vec![] });
             }
-            Err(e) => panic!("unexpected error in place: {e}"),
+            (Err(e), _) => panic!("unexpected error in place: {e}"),
         }
     }
 
@@ -1253,7 +1304,7 @@ mod tests {
     fn in_place_fails(mut doc: Value, ops: &[PatchOperation]) {
         let before = doc.clone();
         let want = apply_patch(&doc, ops).expect_err("fails");
-        assert_eq!(apply_patch_in_place(&mut doc, ops), Err(want));
+        assert_eq!(in_place(&mut doc, ops), (Err(want), vec![]));
         assert_eq!(doc, before);
     }
 
@@ -2569,16 +2620,19 @@ mod tests {
         }
         for op in &ops {
             let general = apply_patch(&doc, std::slice::from_ref(op));
-            let mut in_place = doc.clone();
-            let got = apply_patch_in_place(&mut in_place, std::slice::from_ref(op));
+            let mut patched = doc.clone();
+            let (got, seen) = in_place(&mut patched, std::slice::from_ref(op));
             match (general, got) {
                 (Ok(expected), Ok(changed)) => {
-                    assert_eq!(in_place, expected, "{op:?}");
+                    assert_eq!(patched, expected, "{op:?}");
                     assert_eq!(changed, expected != doc, "{op:?}");
+                    let told = if changed { vec![doc.clone()] } else { vec![] };
+                    assert_eq!(seen, told, "{op:?}");
                 }
                 (Err(expected), Err(e)) => {
                     assert_eq!(e.to_string(), expected.to_string(), "{op:?}");
-                    assert_eq!(in_place, doc, "{op:?}");
+                    assert_eq!(patched, doc, "{op:?}");
+                    assert!(seen.is_empty(), "{op:?}");
                 }
                 (general, got) => panic!("{op:?}: general {general:?}, in place {got:?}"),
             }

@@ -268,12 +268,15 @@ impl Engine {
 
     /// [`Engine::admit`] on a request given up to it, with the snapshot of
     /// its object that the answer's patch is computed from: the object is
-    /// mutated in place, not copied.
+    /// mutated in place, not copied. No snapshot is taken when nothing was
+    /// written to the object (see [`PolicySet::admit_keeping_original`]).
+    ///
+    /// [`PolicySet::admit_keeping_original`]: crate::dispatch::PolicySet::admit_keeping_original
     pub fn admit_owned(
         &self,
         request: AdmissionRequest,
         observer: &dyn AdmissionObserver,
-    ) -> (Outcome, Snapshot) {
+    ) -> (Outcome, Option<Snapshot>) {
         self.admit_prematched(request, None, observer)
     }
 
@@ -284,13 +287,10 @@ impl Engine {
         request: AdmissionRequest,
         prematch: Option<Prematch>,
         observer: &dyn AdmissionObserver,
-    ) -> (Outcome, Snapshot) {
-        let original = Snapshot::of(request.object.as_ref().unwrap_or(&serde_json::Value::Null));
-        let outcome =
-            self.compiled
-                .set
-                .admit_prematched(request, prematch, &self.context(), observer);
-        (outcome, original)
+    ) -> (Outcome, Option<Snapshot>) {
+        self.compiled
+            .set
+            .admit_keeping_original(request, prematch, &self.context(), observer)
     }
 }
 
@@ -378,7 +378,7 @@ mod tests {
                     original,
                 ) => (
                     changed,
-                    Answer::admit_from(&original, &object, changed, warnings),
+                    Answer::admit_from(original.as_ref(), &object, warnings),
                     object,
                 ),
                 (other, _) => panic!("not admitted: {other:?}"),

@@ -157,27 +157,19 @@ impl Answer {
     /// Admitted with `object` for `original`: the patch between them, none
     /// when they are equal.
     pub fn admit(original: &Json, object: &Json, warnings: Vec<String>) -> Answer {
-        Answer::admit_from(&Snapshot::of(original), object, true, warnings)
+        Answer::admit_from(Some(&Snapshot::of(original)), object, warnings)
     }
 
-    /// [`Answer::admit`] from a snapshot of the original object. When the
-    /// admission says it did not change the object (`changed`, see
-    /// [`crate::dispatch::Outcome::Admitted`]), the two are not compared:
-    /// an admission whose mutations found nothing to do (an update of an
-    /// object they set up when it was created) costs no walk of both.
-    pub fn admit_from(
-        original: &Snapshot,
-        object: &Json,
-        changed: bool,
-        warnings: Vec<String>,
-    ) -> Answer {
+    /// [`Answer::admit`] from a snapshot of the original object, which an
+    /// admission takes only when it writes to the object: with none, the
+    /// object is the original as it came and the two are not compared. An
+    /// admission whose mutations found nothing to do (an update of an object
+    /// they set up when it was created) costs neither the snapshot nor a
+    /// walk of both.
+    pub fn admit_from(original: Option<&Snapshot>, object: &Json, warnings: Vec<String>) -> Answer {
         Answer {
             allowed: true,
-            patch: if changed {
-                original.diff_json(object)
-            } else {
-                None
-            },
+            patch: original.and_then(|original| original.diff_json(object)),
             warnings,
             status: None,
         }

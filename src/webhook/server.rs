@@ -873,9 +873,7 @@ fn evaluate(
         }
         Ok((
             Outcome::Admitted {
-                object,
-                warnings,
-                changed,
+                object, warnings, ..
             },
             original,
         )) => {
@@ -889,7 +887,7 @@ fn evaluate(
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
             let (answer, result) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-                Answer::admit_from(&original, &object, changed, warnings)
+                Answer::admit_from(original.as_ref(), &object, warnings)
             })) {
                 Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
                 Ok(answer) => (answer, RequestResult::Allowed),
