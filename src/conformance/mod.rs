@@ -216,7 +216,7 @@ pub fn run_case(case: &Case) -> CaseResult {
         object, changed, ..
     } = &outcome
     {
-        if let Err(e) = check_unchanged_claims(
+        if let Err(e) = check_patch_claims(
             prepared.request.object.as_ref().unwrap_or(&Json::Null),
             object,
             *changed,
@@ -233,7 +233,7 @@ pub fn run_case(case: &Case) -> CaseResult {
 /// comparing the two, and computes its patch from the snapshot: every case
 /// checks that those claims hold of `request_object`, the object as the
 /// request gave it.
-fn check_unchanged_claims(
+fn check_patch_claims(
     request_object: &Json,
     object: &Json,
     changed: bool,
@@ -466,6 +466,28 @@ mod tests {
             code: 403,
         };
         assert!(matches!(check(&expect, &other), CaseResult::Fail(_)));
+    }
+
+    #[test]
+    fn claims_the_patch_relies_on_are_checked() {
+        let (came, mutated) = (json!({"a": 1}), json!({"a": 2}));
+        let of = |v: &Json| Some(Snapshot::of(v));
+        assert_eq!(check_patch_claims(&came, &came, false, None), Ok(()));
+        assert_eq!(
+            check_patch_claims(&came, &mutated, true, of(&came).as_ref()),
+            Ok(())
+        );
+        // Written to, and the snapshot taken first, but changed back.
+        assert_eq!(
+            check_patch_claims(&came, &came, false, of(&came).as_ref()),
+            Ok(())
+        );
+        // Changed, said unchanged.
+        assert!(check_patch_claims(&came, &mutated, false, of(&came).as_ref()).is_err());
+        // Changed with no snapshot, whatever it says.
+        assert!(check_patch_claims(&came, &mutated, true, None).is_err());
+        // A snapshot taken after the write.
+        assert!(check_patch_claims(&came, &mutated, true, of(&mutated).as_ref()).is_err());
     }
 
     #[test]

@@ -158,8 +158,8 @@ pub fn apply_patch_in_place(
     ops: &[PatchOperation],
     before_write: Option<&mut dyn FnMut(&Value)>,
 ) -> Result<bool, JsonPatchError> {
-    // Most patches are one such operation, which is written where its path
-    // points instead.
+    // Most patches are a single add, replace or remove: written where its
+    // path points rather than by rebuilding the document.
     let single = match ops {
         [op] if matches!(op.op.as_str(), "add" | "replace" | "remove") => Some(op),
         _ => None,
