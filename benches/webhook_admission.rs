@@ -36,12 +36,15 @@ fn fixture() -> (Engine, Vec<u8>) {
 
 #[inline(never)]
 fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
-    // As the server (src/webhook/server.rs `evaluate`).
-    let mut review = review::decode(body).expect("fixture decodes");
+    // As the server (src/webhook/server.rs `handle` and `evaluate`).
+    let mut review = review::decode_reading_old_object(body, engine.reads_old_object())
+        .expect("fixture decodes");
     complete_request(&mut review.request, engine.resources());
     let prematch = engine.prematch(&review.request);
-    assert!(!engine.matched(&prematch).is_empty());
     let uid = review.request.uid.clone();
+    if engine.matched(&prematch).is_empty() {
+        return review::encode(review.version, &uid, &Answer::allow());
+    }
     let answer = match engine.admit_prematched(review.request, Some(prematch), &NoMetrics) {
         (
             Outcome::Admitted {
@@ -67,6 +70,20 @@ fn already_mutated(engine: &Engine, body: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&doc).expect("re-encodes")
 }
 
+/// An update of the fixture's Pod (a label added), which its policies, all
+/// on CREATE, do not match: the request carries the Pod twice, and is
+/// answered after matching alone.
+fn unmatched_update(body: &[u8]) -> Vec<u8> {
+    let mut doc: serde_json::Value = serde_json::from_slice(body).expect("fixture is JSON");
+    let request = &mut doc["request"];
+    request["operation"] = "UPDATE".into();
+    request["oldObject"] = request["object"].clone();
+    request["object"]["metadata"]["labels"]["rollout"] = "2".into();
+    request["options"] =
+        serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
+    serde_json::to_vec(&doc).expect("re-encodes")
+}
+
 fn webhook_admission(c: &mut Criterion) {
     let (engine, body) = fixture();
     let answer = serve_one(&engine, &body);
@@ -85,13 +102,23 @@ fn webhook_admission(c: &mut Criterion) {
     c.bench_function("webhook-fixture-request-already-mutated", |b| {
         b.iter(|| serve_one(&engine, black_box(&unchanged)))
     });
+    let update = unmatched_update(&body);
+    let answer = String::from_utf8_lossy(&serve_one(&engine, &update)).into_owned();
+    assert!(
+        answer.contains("\"allowed\":true") && !answer.contains("\"patch\""),
+        "no fixture policy matches an update: {answer}"
+    );
+    c.bench_function("webhook-fixture-update-unmatched", |b| {
+        b.iter(|| serve_one(&engine, black_box(&update)))
+    });
 }
 
 criterion_group!(benches, webhook_admission);
 
 /// Criterion's main, or with `KMUTATE_PROFILE_ITERATIONS=N` exactly N
 /// requests and no measurement, for instruction counts under callgrind
-/// (of the already mutated Pod with `KMUTATE_PROFILE_ALREADY_MUTATED` set).
+/// (of the already mutated Pod with `KMUTATE_PROFILE_ALREADY_MUTATED` set,
+/// of the unmatched update with `KMUTATE_PROFILE_UNMATCHED_UPDATE`).
 fn main() {
     if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
         .ok()
@@ -100,6 +127,8 @@ fn main() {
         let (engine, mut body) = fixture();
         if std::env::var_os("KMUTATE_PROFILE_ALREADY_MUTATED").is_some() {
             body = already_mutated(&engine, &body);
+        } else if std::env::var_os("KMUTATE_PROFILE_UNMATCHED_UPDATE").is_some() {
+            body = unmatched_update(&body);
         }
         for _ in 0..n {
             black_box(serve_one(&engine, black_box(&body)));

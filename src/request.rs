@@ -93,8 +93,13 @@ pub struct AdmissionRequest {
     /// The new object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<Value>,
-    /// The existing object (UPDATE).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The existing object (UPDATE); `None` too when decoded by
+    /// [`decode_without_old_object`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "old_object"
+    )]
     pub old_object: Option<Value>,
     /// Whether the request is a dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +111,99 @@ pub struct AdmissionRequest {
 
 fn default_operation() -> String {
     "CREATE".into()
+}
+
+thread_local! {
+    /// Whether `oldObject` is checked but not kept (see
+    /// [`decode_without_old_object`]). serde's derived decoders take no
+    /// context, so the choice reaches [`old_object`] this way.
+    static CHECK_OLD_OBJECT_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `decode`, in which every [`AdmissionRequest`] decoded checks its
+/// `oldObject` as it would decode it (syntax, strings, numbers, nesting),
+/// building nothing, and leaves `old_object` as `None`.
+///
+/// For an update the old object is as large as the new one, and building
+/// then dropping it costs as much; a caller whose policies cannot read it
+/// (no expression names `oldObject`, no object selector is matched) spares
+/// that, and the request is refused for exactly the bodies it would be
+/// refused for otherwise.
+pub fn decode_without_old_object<T>(decode: impl FnOnce() -> T) -> T {
+    /// Puts the flag back however `decode` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CHECK_OLD_OBJECT_ONLY.set(self.0);
+        }
+    }
+    let _restore = Restore(CHECK_OLD_OBJECT_ONLY.replace(true));
+    decode()
+}
+
+fn old_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    if CHECK_OLD_OBJECT_ONLY.get() {
+        d.deserialize_any(CheckedValue).map(|()| None)
+    } else {
+        Option::<Value>::deserialize(d)
+    }
+}
+
+/// Any JSON value, decoded as a `Value` would be (every string unescaped,
+/// every number converted, serde_json's nesting limit applied) and then
+/// forgotten.
+struct CheckedValue;
+
+impl<'de> serde::de::DeserializeSeed<'de> for CheckedValue {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(CheckedValue)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CheckedValue {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(CheckedValue)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(CheckedValue)?.is_some() {
+            map.next_value_seed(CheckedValue)?;
+        }
+        Ok(())
+    }
 }
 
 /// Objects of one kind by (namespace, name).

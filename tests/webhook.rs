@@ -390,6 +390,73 @@ fn a_request_many_bindings_match_gets_every_mutation() {
     });
 }
 
+/// A ConfigMap policy on UPDATE and its binding (same name): `selector` is
+/// its object selector's `matchLabels`, `value` the value its JSON patch
+/// adds at `/data/added`.
+fn update_policy(name: &str, selector: &str, value: &str) -> String {
+    let mutation = format!(
+        r#"patchType: JSONPatch
+    jsonPatch:
+      expression: '[JSONPatch{{op: "add", path: "/data/added", value: {value}}}]'"#
+    );
+    let selector = format!("    objectSelector: {{matchLabels: {selector}}}\n");
+    policy_on(name, "UPDATE", "configmaps", &selector, "Fail", &mutation)
+}
+
+// The server decodes an update's old object only for policies that may
+// read it; those get it whole, and an invalid one is refused either way.
+#[test]
+fn an_update_gets_its_old_object_where_policies_read_it() {
+    let dir = scratch("old-object");
+    run(Duration::from_secs(60), async {
+        let update = |uid: &str, old: Value| {
+            let mut request =
+                request_for(uid, "", "v1", "ConfigMap", "configmaps", &config_map("a"));
+            request["operation"] = json!("UPDATE");
+            request["oldObject"] = old;
+            review("admission.k8s.io/v1", request)
+        };
+        let mut old = config_map("a");
+        old["data"]["a"] = json!("before");
+        old["metadata"]["labels"] = json!({"app": "web"});
+        let added = |response: &Value| {
+            let patch = decoded_patch(response).unwrap_or_else(|| panic!("no patch: {response}"));
+            serde_json::to_value(patch).unwrap()
+        };
+        for (policies, want) in [
+            // Read in an expression.
+            (update_policy("reads", "{}", "oldObject.data.a"), "before"),
+            // Matched through the old object's labels (the new object has none).
+            (
+                update_policy("selects", "{app: web}", "\"selected\""),
+                "selected",
+            ),
+            // Never read: left out.
+            (update_policy("plain", "{}", "\"x\""), "x"),
+        ] {
+            let server = started(config(&dir, vec![write_policies(&dir, &policies)], vec![])).await;
+            let mut conn = connect(&server).await;
+            let r = conn
+                .post("/mutate", update("u-1", old.clone()))
+                .await
+                .unwrap();
+            let resp = response(&r.json().unwrap(), "admission.k8s.io/v1", "u-1");
+            assert_eq!(
+                added(&resp),
+                json!([{"op": "add", "path": "/data/added", "value": want}]),
+                "{resp}"
+            );
+            // An old object it could not decode is refused, read or not.
+            let bad = String::from_utf8(update("u-2", json!("OLD")))
+                .unwrap()
+                .replace("\"OLD\"", "1e400");
+            let r = conn.post("/mutate", bad.into_bytes()).await.unwrap();
+            assert_eq!(r.status, 400, "{}", r.text());
+            server.shutdown().await;
+        }
+    });
+}
+
 #[test]
 fn failing_policy_denies_with_fail_and_admits_with_ignore() {
     let dir = scratch("failure-policy");
@@ -637,11 +704,23 @@ fn client_certificates_are_required_with_a_client_ca() {
     });
 }
 
-/// A policy whose expression takes a while (nested comprehensions).
 /// A policy on `resource` CREATEs in the core group, with one mutation
 /// (`mutation`: its `patchType` line and what follows, at list-item depth),
 /// and its binding, both named `name`.
 fn policy_and_binding(name: &str, resource: &str, failure_policy: &str, mutation: &str) -> String {
+    policy_on(name, "CREATE", resource, "", failure_policy, mutation)
+}
+
+/// [`policy_and_binding`] on `operation`, with `constraints` (lines at
+/// the depth of `matchConstraints`' fields) added to its matching.
+fn policy_on(
+    name: &str,
+    operation: &str,
+    resource: &str,
+    constraints: &str,
+    failure_policy: &str,
+    mutation: &str,
+) -> String {
     format!(
         r#"
 apiVersion: admissionregistration.k8s.io/v1
@@ -652,9 +731,9 @@ spec:
     resourceRules:
     - apiGroups: [""]
       apiVersions: [v1]
-      operations: [CREATE]
+      operations: [{operation}]
       resources: [{resource}]
-  failurePolicy: {failure_policy}
+{constraints}  failurePolicy: {failure_policy}
   mutations:
   - {mutation}
 ---
@@ -666,6 +745,7 @@ spec: {{policyName: {name}}}
     )
 }
 
+/// A policy whose expression takes a while (nested comprehensions).
 fn slow_policy(name: &str, resource: &str, failure_policy: &str, width: usize) -> String {
     let list = format!(
         "[{}]",

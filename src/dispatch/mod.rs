@@ -9,7 +9,7 @@ pub mod activation;
 mod object_checks;
 mod params;
 
-use crate::api::{Binding, FailurePolicy, PatchType, Policy, ReinvocationPolicy};
+use crate::api::{Binding, FailurePolicy, MatchResources, PatchType, Policy, ReinvocationPolicy};
 use crate::authorizer::{Authorizer, CachingAuthorizer};
 use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
@@ -44,6 +44,8 @@ pub struct CompiledPolicy {
     reads_request: bool,
     /// Whether any expression reads `namespaceObject`.
     reads_namespace_object: bool,
+    /// Whether any expression reads `oldObject`.
+    reads_old_object: bool,
     /// Whether any expression reads `authorizer` (its values are built per
     /// activation otherwise).
     reads_authorizer: bool,
@@ -235,6 +237,7 @@ impl CompiledPolicy {
                     mutations,
                     reads_request: false,
                     reads_namespace_object: false,
+                    reads_old_object: false,
                     reads_authorizer: false,
                     match_access,
                     mutation_access,
@@ -242,6 +245,7 @@ impl CompiledPolicy {
                 };
                 compiled.reads_request = compiled.reads("request");
                 compiled.reads_namespace_object = compiled.reads("namespaceObject");
+                compiled.reads_old_object = compiled.reads("oldObject");
                 compiled.reads_authorizer = compiled.reads(authz::AUTHORIZER_VAR);
                 compiled
             },
@@ -259,6 +263,8 @@ pub struct PolicySet {
     bindings: Vec<(Binding, usize)>,
     /// The fields of `request` the policies read.
     request_fields: RequestFields,
+    /// Whether an admission may read the request's `oldObject`.
+    reads_old_object: bool,
 }
 
 /// The result of an admission.
@@ -409,6 +415,14 @@ struct PolicyError {
 }
 
 impl PolicySet {
+    /// Whether an admission by this set may read the request's `oldObject`:
+    /// a bound policy's expression names it, or a binding's matching has an
+    /// object selector. When not, the request's old object need not be
+    /// decoded ([`crate::request::decode_without_old_object`]).
+    pub fn reads_old_object(&self) -> bool {
+        self.reads_old_object
+    }
+
     /// The policies, as loaded.
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.policies.iter().map(|c| &c.policy)
@@ -441,12 +455,25 @@ impl PolicySet {
             (a.0.name.as_str(), a.0.policy_name.as_str())
                 .cmp(&(b.0.name.as_str(), b.0.policy_name.as_str()))
         });
+        // Matching reads the old object through object selectors (a
+        // namespace selector on a Namespace reads the new one only).
+        let selects_by_object = |mr: &MatchResources| !mr.object_selector.is_empty();
+        let reads_old_object = pairs.iter().any(|(binding, pi)| {
+            let compiled = &compiled[*pi];
+            compiled.reads_old_object
+                || selects_by_object(&compiled.policy.match_constraints)
+                || binding
+                    .match_resources
+                    .as_ref()
+                    .is_some_and(selects_by_object)
+        });
         (
             PolicySet {
                 env,
                 request_fields: request_fields(&compiled),
                 policies: compiled,
                 bindings: pairs,
+                reads_old_object,
             },
             errors,
         )
@@ -1511,7 +1538,7 @@ fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{policy_from_json, SourceRef};
+    use crate::api::{policy_from_json, LabelSelector, SourceRef};
     use serde_json::json;
 
     /// Policy `p` (v1beta1) on ConfigMap CREATEs with these variables and
@@ -1648,6 +1675,58 @@ mod tests {
                 other => panic!("not admitted: {other:?}"),
             }
         }
+    }
+
+    // A set says it may read `oldObject` when a bound policy's expression
+    // names it or a binding is matched by object selector, so that a
+    // webhook decodes it only then.
+    #[test]
+    fn a_set_says_whether_it_may_read_the_old_object() {
+        let label = |expression: &str| {
+            json!([{"patchType": "ApplyConfiguration", "applyConfiguration":
+                {"expression": format!("Object{{metadata: Object.metadata{{labels: {{'l': {expression}}}}}}}")}}])
+        };
+        let reads = |policy: Policy, binding: Binding| {
+            let (set, errors) = PolicySet::new(vec![policy], vec![binding]);
+            assert!(errors.is_empty(), "{errors:?}");
+            set.reads_old_object()
+        };
+        let plain = || configmap_policy(json!([]), label("object.metadata.name"));
+        assert!(!reads(plain(), binding("b", "p")));
+        let old_name = "oldObject.metadata.name";
+        assert!(reads(
+            configmap_policy(json!([]), label(old_name)),
+            binding("b", "p")
+        ));
+        let variable = json!([{"name": "old", "expression": old_name}]);
+        assert!(reads(
+            configmap_policy(variable, label("variables.old")),
+            binding("b", "p")
+        ));
+        let mut condition = plain();
+        condition.match_conditions = vec![crate::api::NamedExpression {
+            name: "c".into(),
+            expression: "has(oldObject.metadata)".into(),
+        }];
+        assert!(reads(condition, binding("b", "p")));
+        let app = LabelSelector {
+            match_labels: [("app".to_string(), "web".to_string())].into(),
+            ..LabelSelector::default()
+        };
+        let mut selected = plain();
+        selected.match_constraints.object_selector = app.clone();
+        assert!(reads(selected, binding("b", "p")));
+        let mut selecting = binding("b", "p");
+        selecting.match_resources = Some(MatchResources {
+            object_selector: app,
+            ..MatchResources::default()
+        });
+        assert!(reads(plain(), selecting));
+        // A policy no binding runs reads nothing.
+        assert!(!reads(
+            configmap_policy(json!([]), label(old_name)),
+            binding("b", "other")
+        ));
     }
 
     // An admission whose mutations find nothing to do says so, so that the

@@ -232,6 +232,12 @@ impl Engine {
         self.authorizer.may_block()
     }
 
+    /// Whether an admission may read the request's `oldObject` (see
+    /// [`crate::dispatch::PolicySet::reads_old_object`]).
+    pub fn reads_old_object(&self) -> bool {
+        self.compiled.set.reads_old_object()
+    }
+
     /// The resource table (to complete partial requests).
     pub fn resources(&self) -> &ResourceTable {
         &self.crds.table

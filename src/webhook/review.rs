@@ -4,7 +4,7 @@
 
 use super::MAX_NESTING;
 use crate::mutation::diff::Snapshot;
-use crate::request::AdmissionRequest;
+use crate::request::{decode_without_old_object, AdmissionRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -70,6 +70,25 @@ struct ReviewIn {
 
 /// Decodes a request body.
 pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
+    decode_reading_old_object(body, true)
+}
+
+/// [`decode`], keeping the request's `oldObject` only when
+/// `old_object_read` (an engine whose policies may read it,
+/// [`crate::webhook::engine::Engine::reads_old_object`]); otherwise it is
+/// checked as strictly, and left out ([`decode_without_old_object`]).
+pub fn decode_reading_old_object(
+    body: &[u8],
+    old_object_read: bool,
+) -> Result<Review, DecodeError> {
+    if old_object_read {
+        decode_review(body)
+    } else {
+        decode_without_old_object(|| decode_review(body))
+    }
+}
+
+fn decode_review(body: &[u8]) -> Result<Review, DecodeError> {
     // One UTF-8 check of the whole body is far cheaper than serde_json's
     // check of each string (hundreds in an object); JSON outside strings
     // is ASCII, so nothing valid is refused.
@@ -355,6 +374,47 @@ mod tests {
         let s = format!("\"{}\"", "[".repeat(1000));
         assert!(!nesting_exceeds(s.as_bytes(), 10));
         assert!(!nesting_exceeds(br#""\"[[[[""#, 2));
+    }
+
+    // A request whose policies cannot read its old object has it checked
+    // as strictly, and left out.
+    #[test]
+    fn an_old_object_left_out_is_checked_as_strictly() {
+        let review = |old: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","operation":"UPDATE","object":{{"a":1}},"oldObject":{old}}}}}"#
+            )
+        };
+        let decoded = |old: &str, read: bool| {
+            decode_reading_old_object(review(old).as_bytes(), read).map(|r| r.request)
+        };
+        let old = r#"{"metadata":{"labels":{"a":"\u00e9\"x"}},"n":[1,-2,3.5e10,null,true,{}]}"#;
+        let kept = decoded(old, true).unwrap();
+        assert_eq!(kept.old_object, Some(serde_json::from_str(old).unwrap()));
+        let mut left = decoded(old, false).unwrap();
+        assert_eq!(left.old_object, None);
+        left.old_object = kept.old_object.clone();
+        assert_eq!(left, kept);
+        assert_eq!(decoded("null", true).unwrap().old_object, None);
+        // The choice does not outlast the decoding.
+        assert_eq!(decode(review(old).as_bytes()).unwrap().request, kept);
+
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        // Within the limit (the review and the request take two levels).
+        assert!(decoded(&nested(MAX_NESTING - 2), false).is_ok());
+        for bad in [
+            nested(MAX_NESTING - 1),
+            r#""\ud800""#.to_string(),
+            "1e400".to_string(),
+            r#""\x""#.to_string(),
+            "\"a\tb\"".to_string(),
+            "[1,]".to_string(),
+            r#"{"a":1,}"#.to_string(),
+            "01".to_string(),
+        ] {
+            let refused = decoded(&bad, true).unwrap_err();
+            assert_eq!(decoded(&bad, false).unwrap_err(), refused, "{bad}");
+        }
     }
 
     #[test]

@@ -580,7 +580,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
 
     // Decoding and matching run here, guarded against panics.
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        review::decode(&body).map(|mut review| {
+        review::decode_reading_old_object(&body, engine.reads_old_object()).map(|mut review| {
             complete_request(&mut review.request, engine.resources());
             // The admission's first pass reuses this matching.
             let prematch = engine.prematch(&review.request);
