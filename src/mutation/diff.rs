@@ -62,32 +62,85 @@ enum Node {
     },
 }
 
+/// The JSON pointer of the value a diff is at: its text, and where each of
+/// its tokens starts, so that leaving a value is a truncation (the
+/// `PointerBuf` this replaces searches and decodes its last token to pop
+/// it).
+#[derive(Default)]
+struct Pointer {
+    text: String,
+    starts: Vec<usize>,
+}
+
+impl Pointer {
+    /// Enters the member `key` (escaped: `~` as `~0`, `/` as `~1`).
+    fn push_key(&mut self, key: &str) {
+        self.starts.push(self.text.len());
+        self.text.push('/');
+        if key.contains(['~', '/']) {
+            for c in key.chars() {
+                match c {
+                    '~' => self.text.push_str("~0"),
+                    '/' => self.text.push_str("~1"),
+                    c => self.text.push(c),
+                }
+            }
+        } else {
+            self.text.push_str(key);
+        }
+    }
+
+    /// Enters the item `index`.
+    fn push_index(&mut self, index: usize) {
+        self.starts.push(self.text.len());
+        self.text.push('/');
+        self.text.push_str(itoa::Buffer::new().format(index));
+    }
+
+    /// Leaves the last value entered.
+    fn pop(&mut self) {
+        if let Some(start) = self.starts.pop() {
+            self.text.truncate(start);
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The pointer as json-patch's type.
+    fn to_buf(&self) -> PointerBuf {
+        // Built of escaped tokens each after a `/`: a valid pointer.
+        PointerBuf::parse(self.text.clone()).unwrap_or_default()
+    }
+}
+
 /// Where a diff's operations go: each gets the pointer and (for an add or
 /// a replace) the new value only borrowed, so that a sink writing text
 /// need not copy the value.
 trait OpSink {
-    fn add(&mut self, path: &PointerBuf, value: &Value);
-    fn remove(&mut self, path: &PointerBuf);
-    fn replace(&mut self, path: &PointerBuf, value: &Value);
+    fn add(&mut self, path: &Pointer, value: &Value);
+    fn remove(&mut self, path: &Pointer);
+    fn replace(&mut self, path: &Pointer, value: &Value);
 }
 
 impl OpSink for Vec<PatchOperation> {
-    fn add(&mut self, path: &PointerBuf, value: &Value) {
+    fn add(&mut self, path: &Pointer, value: &Value) {
         self.push(PatchOperation::Add(AddOperation {
-            path: path.clone(),
+            path: path.to_buf(),
             value: value.clone(),
         }));
     }
 
-    fn remove(&mut self, path: &PointerBuf) {
+    fn remove(&mut self, path: &Pointer) {
         self.push(PatchOperation::Remove(RemoveOperation {
-            path: path.clone(),
+            path: path.to_buf(),
         }));
     }
 
-    fn replace(&mut self, path: &PointerBuf, value: &Value) {
+    fn replace(&mut self, path: &Pointer, value: &Value) {
         self.push(PatchOperation::Replace(ReplaceOperation {
-            path: path.clone(),
+            path: path.to_buf(),
             value: value.clone(),
         }));
     }
@@ -98,7 +151,7 @@ impl OpSink for Vec<PatchOperation> {
 struct PatchText(Vec<u8>);
 
 impl PatchText {
-    fn op(&mut self, op: &str, path: &PointerBuf, value: Option<&Value>) {
+    fn op(&mut self, op: &str, path: &Pointer, value: Option<&Value>) {
         if self.0.is_empty() {
             // Room for a typical patch, taken only once there is one.
             self.0.reserve(1024);
@@ -121,15 +174,15 @@ impl PatchText {
 }
 
 impl OpSink for PatchText {
-    fn add(&mut self, path: &PointerBuf, value: &Value) {
+    fn add(&mut self, path: &Pointer, value: &Value) {
         self.op("add", path, Some(value));
     }
 
-    fn remove(&mut self, path: &PointerBuf) {
+    fn remove(&mut self, path: &Pointer) {
         self.op("remove", path, None);
     }
 
-    fn replace(&mut self, path: &PointerBuf, value: &Value) {
+    fn replace(&mut self, path: &Pointer, value: &Value) {
         self.op("replace", path, Some(value));
     }
 }
@@ -259,7 +312,7 @@ impl Snapshot {
             (Node::Object { .. }, Value::Object(_)) | (Node::Array { .. }, Value::Array(_))
         );
         if composite || !self.equal(0, right) {
-            self.diff_value(0, right, &mut PointerBuf::new(), patch);
+            self.diff_value(0, right, &mut Pointer::default(), patch);
         }
     }
 
@@ -269,7 +322,7 @@ impl Snapshot {
         &self,
         left: usize,
         right: &Value,
-        pointer: &mut PointerBuf,
+        pointer: &mut Pointer,
         patch: &mut impl OpSink,
     ) {
         match (&self.nodes[left], right) {
@@ -291,7 +344,7 @@ impl Snapshot {
         start: usize,
         len: usize,
         right: &[Value],
-        pointer: &mut PointerBuf,
+        pointer: &mut Pointer,
         patch: &mut impl OpSink,
     ) {
         let left = &self.items[start..start + len];
@@ -300,21 +353,21 @@ impl Snapshot {
             match (left.get(index), right.get(index)) {
                 (Some(&l), Some(r)) => {
                     if !self.equal(l, r) {
-                        pointer.push_back(index);
+                        pointer.push_index(index);
                         self.diff_value(l, r, pointer, patch);
-                        pointer.pop_back();
+                        pointer.pop();
                     }
                 }
                 (Some(_), None) => {
-                    pointer.push_back(index - removed);
+                    pointer.push_index(index - removed);
                     patch.remove(pointer);
-                    pointer.pop_back();
+                    pointer.pop();
                     removed += 1;
                 }
                 (None, Some(r)) => {
-                    pointer.push_back(index);
+                    pointer.push_index(index);
                     patch.add(pointer, r);
-                    pointer.pop_back();
+                    pointer.pop();
                 }
                 (None, None) => {}
             }
@@ -328,7 +381,7 @@ impl Snapshot {
         start: usize,
         len: usize,
         right: &Map<String, Value>,
-        pointer: &mut PointerBuf,
+        pointer: &mut Pointer,
         patch: &mut impl OpSink,
     ) {
         // Objects keep their keys sorted, so most keys pair up in step; the
@@ -344,15 +397,15 @@ impl Snapshot {
                 Some(l) => {
                     found += 1;
                     if !self.equal(l, r) {
-                        pointer.push_back(key);
+                        pointer.push_key(key);
                         self.diff_value(l, r, pointer, patch);
-                        pointer.pop_back();
+                        pointer.pop();
                     }
                 }
                 None => {
-                    pointer.push_back(key);
+                    pointer.push_key(key);
                     patch.add(pointer, r);
-                    pointer.pop_back();
+                    pointer.pop();
                 }
             }
         }
@@ -361,9 +414,9 @@ impl Snapshot {
         }
         for (key, _) in self.members(start, len) {
             if !right.contains_key(key) {
-                pointer.push_back(key);
+                pointer.push_key(key);
                 patch.remove(pointer);
-                pointer.pop_back();
+                pointer.pop();
             }
         }
     }
