@@ -110,8 +110,10 @@ impl Pointer {
 
     /// The pointer as json-patch's type.
     fn to_buf(&self) -> PointerBuf {
-        // Built of escaped tokens each after a `/`: a valid pointer.
-        PointerBuf::parse(self.text.clone()).unwrap_or_default()
+        // Not an input: the text is only ever `/` and an escaped token
+        // (`~` always as `~0`), repeated. Falling back to the empty
+        // pointer would name the whole document.
+        PointerBuf::parse(self.text.clone()).expect("a pointer of escaped tokens parses")
     }
 }
 
