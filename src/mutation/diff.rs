@@ -13,6 +13,7 @@
 //! about a thousand, which is what lets an admission mutate the request's
 //! own object.
 
+use super::json_patch::escape_key;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::{Map, Number, Value};
@@ -78,13 +79,7 @@ impl Pointer {
         self.starts.push(self.text.len());
         self.text.push('/');
         if key.contains(['~', '/']) {
-            for c in key.chars() {
-                match c {
-                    '~' => self.text.push_str("~0"),
-                    '/' => self.text.push_str("~1"),
-                    c => self.text.push(c),
-                }
-            }
+            self.text.push_str(&escape_key(key));
         } else {
             self.text.push_str(key);
         }
