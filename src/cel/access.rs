@@ -274,11 +274,17 @@ fn chain_from<'e>(e: &'e IdedExpr, name: &str) -> Result<Vec<&'e str>, &'e IdedE
 /// One step of a chain of field selections: the operand and the field of
 /// `operand.field`, or of `operand['field']` (a literal key selects as a
 /// field does: on a map both find the same entry or fail the same way).
+/// The optional forms `operand.?field` and `operand[?'field']` are steps
+/// too: they look the field up as `operand['field']` does (on the operand,
+/// or on the value an optional operand holds) and turn a failed lookup into
+/// `optional.none()`, so they read the same part of the input.
 fn chain_step(e: &IdedExpr) -> Option<(&IdedExpr, &str)> {
     match &e.expr {
         Expr::Select(select) if !select.test => Some((&select.operand, &select.field)),
         Expr::Call(call)
-            if call.func_name == operators::INDEX
+            if (call.func_name == operators::INDEX
+                || call.func_name == operators::OPT_INDEX
+                || call.func_name == operators::OPT_SELECT)
                 && call.target.is_none()
                 && call.args.len() == 2 =>
         {
@@ -479,10 +485,6 @@ mod tests {
             )])
         );
         assert_eq!(
-            access("object.metadata.labels[?'app']"),
-            labels(Access::Full)
-        );
-        assert_eq!(
             access("'app' in object.metadata.labels && size(object.metadata.labels) > 1"),
             labels(Access::Full)
         );
@@ -490,6 +492,52 @@ mod tests {
         assert_eq!(
             access("has(object.spec.containers[0].image)"),
             Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
+        );
+    }
+
+    #[test]
+    fn optional_selections_and_literal_keys_are_chain_steps() {
+        let labels =
+            |inner: Access| Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))]);
+        assert_eq!(
+            access("object.metadata.labels[?'app'].orValue('') == 'web'"),
+            labels(Access::fields(&[("app", Access::Full)]))
+        );
+        assert_eq!(
+            access("object.metadata.?labels.?app.hasValue()"),
+            labels(Access::fields(&[("app", Access::Full)]))
+        );
+        assert_eq!(
+            access("object.?spec.orValue({}) == {}"),
+            Access::fields(&[("spec", Access::Full)])
+        );
+        // The example policies' idiom: only `spec.os.name` is read.
+        assert_eq!(
+            access("object.spec.?os.?name.orValue('') != 'windows'"),
+            Access::fields(&[(
+                "spec",
+                Access::fields(&[("os", Access::fields(&[("name", Access::Full)]))])
+            )])
+        );
+        // A list under an optional selection is read whole as its elements
+        // are not selected one by one here.
+        assert_eq!(
+            access("object.spec.containers + object.spec.?initContainers.orValue([])"),
+            Access::fields(&[(
+                "spec",
+                Access::fields(&[
+                    ("containers", Access::Full),
+                    ("initContainers", Access::Full)
+                ])
+            )])
+        );
+        // A key that is no literal: the map is read whole.
+        assert_eq!(
+            access("object.metadata.labels[?object.metadata.name]"),
+            Access::fields(&[(
+                "metadata",
+                Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
+            )])
         );
     }
 
@@ -522,7 +570,7 @@ mod tests {
         );
         assert_eq!(access("size(object) > 0"), Access::Full);
         assert_eq!(access("object[object.kind].replicas > 1"), Access::Full);
-        assert_eq!(access("object.?spec.orValue({}) == {}"), Access::Full);
+        assert_eq!(access("optional.of(object).?spec.hasValue()"), Access::Full);
         assert_eq!(access("[1].all(object, object > 0)"), Access::Full);
         assert_eq!(access("1 == 1"), Access::None);
     }
