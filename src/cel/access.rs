@@ -193,15 +193,18 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
         }
         Expr::Comprehension(c) if c.iter_var2.is_none() => {
             let parts = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result];
-            match chain_path(&c.iter_range, name) {
-                // Iterating (a field of) the input: its elements are read as
+            match range_paths(&c.iter_range, name) {
+                // Iterating (fields of) the input: their elements are read as
                 // the iteration variable is.
-                Some(path) => {
+                Some(paths) => {
                     let mut elements = Access::None;
                     for part in parts {
                         visit(part, &c.iter_var, &mut elements);
                     }
-                    access.add_at(&path, &Access::Elements(Box::new(elements)));
+                    let elements = Access::Elements(Box::new(elements));
+                    for path in paths {
+                        access.add_at(&path, &elements);
+                    }
                 }
                 None => visit(&c.iter_range, name, access),
             }
@@ -310,12 +313,14 @@ fn key_search(e: &IdedExpr) -> Option<(&str, &IdedExpr)> {
 /// `e` without the wrapper that charges its value's cost: a comprehension's
 /// range is wrapped to count the values it copies into the iteration
 /// variable (kmutate's allocation guard; with fewer values converted, fewer
-/// are copied), the right side of `in` to charge the lookup.
+/// are copied), the right side of `in` to charge the lookup, the sides of
+/// `+` to charge the concatenation by their sizes.
 fn uncharged(e: &IdedExpr) -> &IdedExpr {
     match &e.expr {
         Expr::Call(call)
             if (call.func_name == super::cost::RANGE_FN
-                || call.func_name == super::cost::DYN_FN)
+                || call.func_name == super::cost::DYN_FN
+                || call.func_name == super::cost::SIZE_FN)
                 && call.args.len() == 2 =>
         {
             &call.args[1]
@@ -351,13 +356,16 @@ fn visit_result(e: &IdedExpr, name: &str, access: &mut Access, result: &Access) 
         Expr::Comprehension(c)
             if c.iter_var != name && c.accu_var != name && c.iter_var2.is_none() =>
         {
-            match (filter_parts(c), chain_path(&c.iter_range, name)) {
+            match (filter_parts(c), range_paths(&c.iter_range, name)) {
                 // `name.path.filter(x, cond)`: the kept elements are read as
                 // the result's elements are, and as `cond` reads `x`.
-                (Some((cond, kept)), Some(path)) if is_ident(kept, &c.iter_var) => {
+                (Some((cond, kept)), Some(paths)) if is_ident(kept, &c.iter_var) => {
                     let mut elements = result.element();
                     visit(cond, &c.iter_var, &mut elements);
-                    access.add_at(&path, &Access::Elements(Box::new(elements)));
+                    let elements = Access::Elements(Box::new(elements));
+                    for path in paths {
+                        access.add_at(&path, &elements);
+                    }
                     visit(cond, name, access);
                 }
                 _ => visit(e, name, access),
@@ -412,6 +420,36 @@ fn is_ident(e: &IdedExpr, ident: &str) -> bool {
 
 fn is_true(e: &IdedExpr) -> bool {
     matches!(&e.expr, Expr::Literal(LiteralValue::Boolean(b)) if **b)
+}
+
+/// The chains from the variable `name` whose values a comprehension's
+/// range `e` is made of, when it is made only of them: a chain, the value
+/// of an optional chain or an empty list (`name.?a.orValue([])`), or `+` of
+/// such ranges (`name.a + name.?b.orValue([])`). The range's elements are
+/// then the elements of those values, and are read as the iteration
+/// variable reads them.
+fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
+    let e = uncharged(e);
+    if let Ok(path) = chain_from(e, name) {
+        return Some(vec![path]);
+    }
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    match (call.target.as_deref(), call.args.as_slice()) {
+        (None, [left, right]) if call.func_name == operators::ADD => {
+            let mut paths = range_paths(left, name)?;
+            paths.extend(range_paths(right, name)?);
+            Some(paths)
+        }
+        (Some(optional), [default])
+            if call.func_name == "orValue"
+                && matches!(&default.expr, Expr::List(l) if l.elements.is_empty()) =>
+        {
+            Some(vec![chain_from(optional, name).ok()?])
+        }
+        _ => None,
+    }
 }
 
 /// The fields selected from the variable `name` when `e` is such a chain
@@ -538,6 +576,37 @@ mod tests {
                 "metadata",
                 Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
             )])
+        );
+    }
+
+    #[test]
+    fn ranges_joined_from_chains_read_elements_as_their_variable_does() {
+        let spec =
+            |entries: &[(&str, Access)]| Access::fields(&[("spec", Access::fields(entries))]);
+        let elements = |inner: Access| Access::Elements(Box::new(inner));
+        let image = || elements(Access::fields(&[("image", Access::Full)]));
+        assert_eq!(
+            access("(object.spec.containers + object.spec.?initContainers.orValue([])).all(c, c.image != '')"),
+            spec(&[("containers", image()), ("initContainers", image())])
+        );
+        assert_eq!(
+            access("object.spec.?initContainers.orValue([]).exists(c, c.image == 'x')"),
+            spec(&[("initContainers", image())])
+        );
+        // A default that is not an empty list, or a part that is no chain:
+        // the lists are read whole.
+        assert_eq!(
+            access(
+                "object.spec.?initContainers.orValue(object.spec.containers).all(c, c.image != '')"
+            ),
+            spec(&[
+                ("containers", Access::Full),
+                ("initContainers", Access::Full)
+            ])
+        );
+        assert_eq!(
+            access("(object.spec.containers + [{'image': 'x'}]).all(c, c.image != '')"),
+            spec(&[("containers", Access::Full)])
         );
     }
 

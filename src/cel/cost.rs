@@ -83,7 +83,7 @@ pub(crate) const RANGE_FN: &str = "@kcost_range";
 /// `(n, x)`: charges `n` and the size of `x` (a copied accumulator).
 const GROWTH_FN: &str = "@kcost_growth";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
-const SIZE_FN: &str = "@kcost_size";
+pub(crate) const SIZE_FN: &str = "@kcost_size";
 /// `(code, x)`: charges the call `code` names, from `x` and the remembered size.
 pub(crate) const DYN_FN: &str = "@kcost_call";
 
