@@ -206,7 +206,21 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
                         access.add_at(&path, &elements);
                     }
                 }
-                None => visit(&c.iter_range, name, access),
+                // Iterating a value made from the input (the result of a
+                // `filter` of its field: `x.filter(c, p).map(c, c.name)`):
+                // that value's elements are read as the variable is.
+                None => {
+                    let mut elements = Access::None;
+                    for part in parts {
+                        visit(part, &c.iter_var, &mut elements);
+                    }
+                    visit_result(
+                        uncharged(&c.iter_range),
+                        name,
+                        access,
+                        &Access::Elements(Box::new(elements)),
+                    );
+                }
             }
             for part in parts {
                 visit(part, name, access);
@@ -607,6 +621,40 @@ mod tests {
         assert_eq!(
             access("(object.spec.containers + [{'image': 'x'}]).all(c, c.image != '')"),
             spec(&[("containers", Access::Full)])
+        );
+    }
+
+    #[test]
+    fn a_comprehension_over_a_filter_reads_the_kept_elements_as_its_variable_does() {
+        let containers = |inner: Access| {
+            Access::fields(&[(
+                "spec",
+                Access::fields(&[("containers", Access::Elements(Box::new(inner)))]),
+            )])
+        };
+        assert_eq!(
+            access("object.spec.containers.filter(c, c.image != '').map(c, c.name)"),
+            containers(Access::fields(&[
+                ("image", Access::Full),
+                ("name", Access::Full)
+            ]))
+        );
+        assert_eq!(
+            access("object.spec.containers.filter(c, c.name in ['a']).map(c, {'n': c.name, 'r': c.?resources.orValue({})})"),
+            containers(Access::fields(&[
+                ("name", Access::Full),
+                ("resources", Access::Full)
+            ]))
+        );
+        // A kept element used whole: read whole.
+        assert_eq!(
+            access("object.spec.containers.filter(c, c.name != '').map(c, c)"),
+            containers(Access::Full)
+        );
+        // Over a range that is neither a chain nor a filter of one: as before.
+        assert_eq!(
+            access("object.spec.containers.map(c, c.name).map(n, n.size())"),
+            containers(Access::fields(&[("name", Access::Full)]))
         );
     }
 
