@@ -1,6 +1,7 @@
 //! In-process cost of one webhook request on the `bench/webhook/` fixture
-//! (a 5 KB Pod and ten matching policies): decoding the review, the
-//! admission, and encoding the answer, without HTTP or TLS.
+//! (a 5 KB Pod and ten matching policies), and of the example policies in
+//! `policies/` on a 3.4 KB Pod: decoding the review, the admission, and
+//! encoding the answer, without HTTP or TLS.
 
 use criterion::{criterion_group, Criterion};
 use kmutate::authorizer::AlwaysDeny;
@@ -57,6 +58,26 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     review::encode(review.version, &uid, &answer)
 }
 
+/// The example policies of `policies/` and `bindings/` (params and the
+/// Namespace from `examples/`), and a review of a 3.4 KB Pod of a
+/// ReplicaSet: upstream's idioms (optional selections, `orValue`,
+/// `containers + initContainers`, `filter(..).map(..)`, `transformList`)
+/// rather than the fixture's.
+fn examples() -> (Engine, Vec<u8>) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let sources = EngineSources {
+        policies: vec![root.join("policies")],
+        bindings: vec![root.join("bindings")],
+        resources: vec![root.join("examples")],
+    };
+    let engine = Engine::load(&sources, Box::new(AlwaysDeny));
+    assert!(engine.problems().is_empty(), "{:?}", engine.problems());
+    let body = std::fs::read(root.join("bench/webhook/examples-pod-review.json"))
+        .expect("bench/webhook/examples-pod-review.json");
+    let review: serde_json::Value = serde_json::from_slice(&body).expect("review is JSON");
+    (engine, serde_json::to_vec(&review).expect("re-encodes"))
+}
+
 /// The fixture's review with the object its policies return for it: the
 /// next update of a Pod they already set up, which they leave as it is.
 fn already_mutated(engine: &Engine, body: &[u8]) -> Vec<u8> {
@@ -111,6 +132,14 @@ fn webhook_admission(c: &mut Criterion) {
     c.bench_function("webhook-fixture-update-unmatched", |b| {
         b.iter(|| serve_one(&engine, black_box(&update)))
     });
+    let (engine, body) = examples();
+    assert!(
+        String::from_utf8_lossy(&serve_one(&engine, &body)).contains("\"patch\""),
+        "the example policies patch the example Pod"
+    );
+    c.bench_function("webhook-examples-pod-request", |b| {
+        b.iter(|| serve_one(&engine, black_box(&body)))
+    });
 }
 
 criterion_group!(benches, webhook_admission);
@@ -118,13 +147,18 @@ criterion_group!(benches, webhook_admission);
 /// Criterion's main, or with `KMUTATE_PROFILE_ITERATIONS=N` exactly N
 /// requests and no measurement, for instruction counts under callgrind
 /// (of the already mutated Pod with `KMUTATE_PROFILE_ALREADY_MUTATED` set,
-/// of the unmatched update with `KMUTATE_PROFILE_UNMATCHED_UPDATE`).
+/// of the unmatched update with `KMUTATE_PROFILE_UNMATCHED_UPDATE`, of the
+/// example policies with `KMUTATE_PROFILE_EXAMPLES`).
 fn main() {
     if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
         .ok()
         .and_then(|n| n.parse::<u64>().ok())
     {
-        let (engine, mut body) = fixture();
+        let (engine, mut body) = if std::env::var_os("KMUTATE_PROFILE_EXAMPLES").is_some() {
+            examples()
+        } else {
+            fixture()
+        };
         if std::env::var_os("KMUTATE_PROFILE_ALREADY_MUTATED").is_some() {
             body = already_mutated(&engine, &body);
         } else if std::env::var_os("KMUTATE_PROFILE_UNMATCHED_UPDATE").is_some() {
