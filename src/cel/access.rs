@@ -12,6 +12,7 @@
 //! not converted at all.
 
 use cel::common::ast::{operators, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::types::CelString;
 use std::collections::BTreeMap;
 
 /// The part of one input an expression (or a set of them) can observe.
@@ -190,6 +191,25 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
             if c.iter_var == name || c.accu_var == name || c.iter_var2.as_deref() == Some(name) =>
         {
             *access = Access::Full
+        }
+        // Over a short list of string literals (`['containers',
+        // 'initContainers'].map(f, object.spec[?f]...)`): the variable is one
+        // of them in each iteration, so the body reads what it reads with
+        // each literal written in the variable's place.
+        // The initial value and the result are outside the variable's scope
+        // (`cel.bind` is a comprehension over `[]` whose result is its body).
+        Expr::Comprehension(c)
+            if c.iter_var2.is_none() && literal_strings(&c.iter_range).is_some() =>
+        {
+            visit(&c.accu_init, name, access);
+            visit(&c.result, name, access);
+            for text in literal_strings(&c.iter_range).unwrap_or_default() {
+                for part in [&c.loop_cond, &c.loop_step] {
+                    let mut written = part.clone();
+                    write_literal(&mut written, &c.iter_var, text);
+                    visit(&written, name, access);
+                }
+            }
         }
         Expr::Comprehension(c) if c.iter_var2.is_none() => {
             let parts = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result];
@@ -466,6 +486,42 @@ fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
     }
 }
 
+/// The most literals [`literal_strings`] gives: each is a copy of the
+/// comprehension's body to analyse.
+const LITERAL_RANGE_MAX: usize = 8;
+
+/// The strings of a list of (one to [`LITERAL_RANGE_MAX`]) string literals.
+fn literal_strings(e: &IdedExpr) -> Option<Vec<&str>> {
+    match &uncharged(e).expr {
+        Expr::List(l)
+            if l.optional_indices.is_empty()
+                && (1..=LITERAL_RANGE_MAX).contains(&l.elements.len()) =>
+        {
+            l.elements.iter().map(string_literal).collect()
+        }
+        _ => None,
+    }
+}
+
+/// Writes the string literal `text` in place of the variable `var` where
+/// it is free in `e`.
+fn write_literal(e: &mut IdedExpr, var: &str, text: &str) {
+    match &mut e.expr {
+        Expr::Ident(ident) if ident == var => {
+            e.expr = Expr::Literal(LiteralValue::String(CelString::from(text.to_string())));
+        }
+        // Bound again inside: only the range and the initial value are in
+        // the outer scope.
+        Expr::Comprehension(c)
+            if c.iter_var == var || c.accu_var == var || c.iter_var2.as_deref() == Some(var) =>
+        {
+            write_literal(&mut c.iter_range, var, text);
+            write_literal(&mut c.accu_init, var, text);
+        }
+        _ => super::rewrite::for_each_child_mut(e, &mut |child| write_literal(child, var, text)),
+    }
+}
+
 /// The fields selected from the variable `name` when `e` is such a chain
 /// (`name.a.b`, `name['a'].b`, or `name` itself: no fields).
 fn chain_path<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<&'e str>> {
@@ -655,6 +711,39 @@ mod tests {
         assert_eq!(
             access("object.spec.containers.map(c, c.name).map(n, n.size())"),
             containers(Access::fields(&[("name", Access::Full)]))
+        );
+    }
+
+    #[test]
+    fn a_comprehension_over_literal_keys_reads_each_key() {
+        let spec =
+            |entries: &[(&str, Access)]| Access::fields(&[("spec", Access::fields(entries))]);
+        let elements = |inner: Access| Access::Elements(Box::new(inner));
+        let image = || elements(Access::fields(&[("image", Access::Full)]));
+        assert_eq!(
+            access("['containers', 'initContainers'].map(f, object.spec[?f].orValue([]).map(c, c.image))"),
+            spec(&[("containers", image()), ("initContainers", image())])
+        );
+        assert_eq!(
+            access("['containers', 'initContainers'].all(f, object.spec[f].all(c, c.image != '' && f != ''))"),
+            spec(&[("containers", image()), ("initContainers", image())])
+        );
+        // `cel.bind` (a comprehension over `[]`): its body is read as before.
+        assert_eq!(
+            access("cel.bind(n, object.spec.containers.size(), object.spec.initContainers.map(c, c.image))"),
+            spec(&[("containers", Access::Full), ("initContainers", image())])
+        );
+        // The variable bound again inside is not the literal there.
+        assert_eq!(
+            access("['a'].map(f, [object.spec].map(f, f.image))"),
+            Access::fields(&[("spec", Access::Full)])
+        );
+        // Not all literal strings: the key is unknown, the spec read whole.
+        assert_eq!(
+            access(
+                "['containers', string(object.kind)].map(f, object.spec[?f].orValue([]).size())"
+            ),
+            Access::fields(&[("kind", Access::Full), ("spec", Access::Full)])
         );
     }
 

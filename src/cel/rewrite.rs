@@ -87,7 +87,7 @@ pub fn negations_as_comparisons(e: &mut IdedExpr, ids: &[u64], next_id: &mut u64
 }
 
 /// Calls `f` on each direct sub-expression of `e`.
-fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
+pub(crate) fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
     match &mut e.expr {
         Expr::Call(call) => {
             if let Some(t) = call.target.as_mut() {
