@@ -26,13 +26,17 @@ fn fixture() -> (Engine, Vec<u8>) {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook"),
         PathBuf::from,
     );
-    let engine = Engine::load(&EngineSources::under(&dir), Box::new(AlwaysDeny));
+    load(&EngineSources::under(&dir), &dir.join("review.json"))
+}
+
+/// The engine of `sources`, and the review at `review` made compact, as
+/// kube-apiserver sends it (and `kmutate loadtest` does).
+fn load(sources: &EngineSources, review: &std::path::Path) -> (Engine, Vec<u8>) {
+    let engine = Engine::load(sources, Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
-    let body = std::fs::read(dir.join("review.json")).expect("bench/webhook/review.json");
-    // Compact, as kube-apiserver sends it (and `kmutate loadtest` does).
-    let review: serde_json::Value = serde_json::from_slice(&body).expect("fixture is JSON");
-    let body = serde_json::to_vec(&review).expect("re-encodes");
-    (engine, body)
+    let body = std::fs::read(review).unwrap_or_else(|e| panic!("{}: {e}", review.display()));
+    let review: serde_json::Value = serde_json::from_slice(&body).expect("review is JSON");
+    (engine, serde_json::to_vec(&review).expect("re-encodes"))
 }
 
 #[inline(never)]
@@ -70,12 +74,10 @@ fn examples() -> (Engine, Vec<u8>) {
         bindings: vec![root.join("bindings")],
         resources: vec![root.join("examples")],
     };
-    let engine = Engine::load(&sources, Box::new(AlwaysDeny));
-    assert!(engine.problems().is_empty(), "{:?}", engine.problems());
-    let body = std::fs::read(root.join("bench/webhook/examples-pod-review.json"))
-        .expect("bench/webhook/examples-pod-review.json");
-    let review: serde_json::Value = serde_json::from_slice(&body).expect("review is JSON");
-    (engine, serde_json::to_vec(&review).expect("re-encodes"))
+    load(
+        &sources,
+        &root.join("bench/webhook/examples-pod-review.json"),
+    )
 }
 
 /// The fixture's review with the object its policies return for it: the

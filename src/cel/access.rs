@@ -132,6 +132,13 @@ impl Access {
         }
     }
 
+    /// Adds a read of the value at each of `paths` as `leaf` says.
+    fn add_at_each(&mut self, paths: &[Vec<&str>], leaf: &Access) {
+        for path in paths {
+            self.add_at(path, leaf);
+        }
+    }
+
     /// Adds a read of the value at `path` (fields selected in order) as
     /// `leaf` says.
     fn add_at(&mut self, path: &[&str], leaf: &Access) {
@@ -213,34 +220,18 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
         }
         Expr::Comprehension(c) if c.iter_var2.is_none() => {
             let parts = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result];
+            // The range's elements are read as the iteration variable is.
+            let mut element = Access::None;
+            for part in parts {
+                visit(part, &c.iter_var, &mut element);
+            }
+            let elements = Access::Elements(Box::new(element));
             match range_paths(&c.iter_range, name) {
-                // Iterating (fields of) the input: their elements are read as
-                // the iteration variable is.
-                Some(paths) => {
-                    let mut elements = Access::None;
-                    for part in parts {
-                        visit(part, &c.iter_var, &mut elements);
-                    }
-                    let elements = Access::Elements(Box::new(elements));
-                    for path in paths {
-                        access.add_at(&path, &elements);
-                    }
-                }
+                // Iterating (fields of) the input.
+                Some(paths) => access.add_at_each(&paths, &elements),
                 // Iterating a value made from the input (the result of a
-                // `filter` of its field: `x.filter(c, p).map(c, c.name)`):
-                // that value's elements are read as the variable is.
-                None => {
-                    let mut elements = Access::None;
-                    for part in parts {
-                        visit(part, &c.iter_var, &mut elements);
-                    }
-                    visit_result(
-                        uncharged(&c.iter_range),
-                        name,
-                        access,
-                        &Access::Elements(Box::new(elements)),
-                    );
-                }
+                // `filter` of its field: `x.filter(c, p).map(c, c.name)`).
+                None => visit_result(uncharged(&c.iter_range), name, access, &elements),
             }
             for part in parts {
                 visit(part, name, access);
@@ -396,10 +387,7 @@ fn visit_result(e: &IdedExpr, name: &str, access: &mut Access, result: &Access) 
                 (Some((cond, kept)), Some(paths)) if is_ident(kept, &c.iter_var) => {
                     let mut elements = result.element();
                     visit(cond, &c.iter_var, &mut elements);
-                    let elements = Access::Elements(Box::new(elements));
-                    for path in paths {
-                        access.add_at(&path, &elements);
-                    }
+                    access.add_at_each(&paths, &Access::Elements(Box::new(elements)));
                     visit(cond, name, access);
                 }
                 _ => visit(e, name, access),
@@ -539,6 +527,26 @@ mod tests {
         Access::of(compiled.ast(), "object")
     }
 
+    /// `object.metadata.labels` read as `inner` says.
+    fn labels(inner: Access) -> Access {
+        Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))])
+    }
+
+    /// `object.spec`'s fields read as `entries` say.
+    fn spec(entries: &[(&str, Access)]) -> Access {
+        Access::fields(&[("spec", Access::fields(entries))])
+    }
+
+    /// A list whose elements are read as `inner` says.
+    fn elements(inner: Access) -> Access {
+        Access::Elements(Box::new(inner))
+    }
+
+    /// A list of containers whose images are read.
+    fn image() -> Access {
+        elements(Access::fields(&[("image", Access::Full)]))
+    }
+
     #[test]
     fn select_chains_give_paths() {
         assert_eq!(
@@ -556,8 +564,6 @@ mod tests {
 
     #[test]
     fn literal_keys_select_and_tests_read_presence_only() {
-        let labels =
-            |inner: Access| Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))]);
         assert_eq!(
             access("object.metadata['labels']['app'] == 'web'"),
             labels(Access::fields(&[("app", Access::Full)]))
@@ -605,8 +611,6 @@ mod tests {
 
     #[test]
     fn optional_selections_and_literal_keys_are_chain_steps() {
-        let labels =
-            |inner: Access| Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))]);
         assert_eq!(
             access("object.metadata.labels[?'app'].orValue('') == 'web'"),
             labels(Access::fields(&[("app", Access::Full)]))
@@ -651,10 +655,6 @@ mod tests {
 
     #[test]
     fn ranges_joined_from_chains_read_elements_as_their_variable_does() {
-        let spec =
-            |entries: &[(&str, Access)]| Access::fields(&[("spec", Access::fields(entries))]);
-        let elements = |inner: Access| Access::Elements(Box::new(inner));
-        let image = || elements(Access::fields(&[("image", Access::Full)]));
         assert_eq!(
             access("(object.spec.containers + object.spec.?initContainers.orValue([])).all(c, c.image != '')"),
             spec(&[("containers", image()), ("initContainers", image())])
@@ -682,12 +682,7 @@ mod tests {
 
     #[test]
     fn a_comprehension_over_a_filter_reads_the_kept_elements_as_its_variable_does() {
-        let containers = |inner: Access| {
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[("containers", Access::Elements(Box::new(inner)))]),
-            )])
-        };
+        let containers = |inner: Access| spec(&[("containers", elements(inner))]);
         assert_eq!(
             access("object.spec.containers.filter(c, c.image != '').map(c, c.name)"),
             containers(Access::fields(&[
@@ -716,10 +711,6 @@ mod tests {
 
     #[test]
     fn a_comprehension_over_literal_keys_reads_each_key() {
-        let spec =
-            |entries: &[(&str, Access)]| Access::fields(&[("spec", Access::fields(entries))]);
-        let elements = |inner: Access| Access::Elements(Box::new(inner));
-        let image = || elements(Access::fields(&[("image", Access::Full)]));
         assert_eq!(
             access("['containers', 'initContainers'].map(f, object.spec[?f].orValue([]).map(c, c.image))"),
             spec(&[("containers", image()), ("initContainers", image())])
