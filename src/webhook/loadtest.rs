@@ -403,7 +403,10 @@ impl RequestLoop {
             if sent >= end {
                 break;
             }
-            let measured = sent >= measure_from;
+            // At a fixed rate a request belongs to the span it was due in:
+            // one due in the warm-up but sent late, after it, is not
+            // measured (the rate measured would exceed the rate asked for).
+            let measured = due.unwrap_or(sent) >= measure_from;
             if let (Some(due), true) = (due, measured) {
                 let lateness = sent.saturating_duration_since(due);
                 if lateness > Duration::from_millis(1) {
