@@ -178,6 +178,16 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
     if let Some((key, map)) = key_search(e) {
         return visit_chain(map, &[key], &Access::Present, name, access);
     }
+    // `size(chain)`: a list's size depends on its items, not on what they
+    // hold. A map or a string read this way is converted whole.
+    if let Some(sized) = size_operand(e) {
+        let items_only = Access::Elements(Box::new(Access::Present));
+        return visit_chain(sized, &[], &items_only, name, access);
+    }
+    // `chain.?f.hasValue()`: as `has(chain.f)`, `f` is only tested for.
+    if let Some(tested) = has_value_operand(e) {
+        return visit_chain(tested, &[], &Access::Present, name, access);
+    }
     match &e.expr {
         Expr::Ident(ident) if names(ident, name) => *access = Access::Full,
         // `has(chain.f)`: `f` is only tested for.
@@ -220,18 +230,25 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
         }
         Expr::Comprehension(c) if c.iter_var2.is_none() => {
             let parts = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result];
-            // The range's elements are read as the iteration variable is.
-            let mut element = Access::None;
-            for part in parts {
-                visit(part, &c.iter_var, &mut element);
-            }
+            // The range's elements are read as the iteration variable is, or
+            // (the two-variable forms) as the variable's value is.
+            let (range, element) = match entries_of(&c.iter_range) {
+                Some(range) => (range, entry_value_access(&parts, &c.iter_var)),
+                None => {
+                    let mut element = Access::None;
+                    for part in parts {
+                        visit(part, &c.iter_var, &mut element);
+                    }
+                    (&c.iter_range, element)
+                }
+            };
             let elements = Access::Elements(Box::new(element));
-            match range_paths(&c.iter_range, name) {
+            match range_paths(range, name) {
                 // Iterating (fields of) the input.
                 Some(paths) => access.add_at_each(&paths, &elements),
                 // Iterating a value made from the input (the result of a
                 // `filter` of its field: `x.filter(c, p).map(c, c.name)`).
-                None => visit_result(uncharged(&c.iter_range), name, access, &elements),
+                None => visit_result(uncharged(range), name, access, &elements),
             }
             for part in parts {
                 visit(part, name, access);
@@ -320,6 +337,102 @@ fn chain_step(e: &IdedExpr) -> Option<(&IdedExpr, &str)> {
         }
         _ => None,
     }
+}
+
+/// The operand of `size(operand)` or `operand.size()`.
+fn size_operand(e: &IdedExpr) -> Option<&IdedExpr> {
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    match (call.target.as_deref(), call.args.as_slice()) {
+        (None, [operand]) | (Some(operand), []) if call.func_name == "size" => Some(operand),
+        _ => None,
+    }
+}
+
+/// The optional chain of `chain.hasValue()`, when its last step is an
+/// optional selection (`x.?f`, `x[?'f']`): it holds a value exactly when
+/// the field is there, as `has(x.f)` tests.
+fn has_value_operand(e: &IdedExpr) -> Option<&IdedExpr> {
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    let target = call.target.as_deref()?;
+    let optional_step = matches!(&target.expr, Expr::Call(step)
+        if step.func_name == operators::OPT_SELECT || step.func_name == operators::OPT_INDEX);
+    (call.func_name == "hasValue"
+        && call.args.is_empty()
+        && optional_step
+        && chain_step(target).is_some())
+    .then_some(target)
+}
+
+/// The range of a two-variable comprehension (`range.all(k, v, ..)`,
+/// `range.transformList(i, v, ..)`), which the rewrite turns into a
+/// comprehension over `@kmutate_entries(range)`: one `[key, value]` list
+/// per entry.
+fn entries_of(e: &IdedExpr) -> Option<&IdedExpr> {
+    match &uncharged(e).expr {
+        Expr::Call(call)
+            if call.func_name == super::rewrite::ENTRIES_FN
+                && call.target.is_none()
+                && call.args.len() == 1 =>
+        {
+            Some(&call.args[0])
+        }
+        _ => None,
+    }
+}
+
+/// What `parts` read of each value of a comprehension over
+/// `@kmutate_entries(range)` whose variable is `var`: the rewrite reads the
+/// key (or index) as `var[0]` and the value as `var[1]`, so the value is
+/// read as `var[1]` is. Any other use of `var` reads the value whole.
+fn entry_value_access(parts: &[&IdedExpr], var: &str) -> Access {
+    // Not a name an expression can spell.
+    let value_var = format!("{var}#value");
+    let key_var = format!("{var}#key");
+    let mut value = Access::None;
+    for part in parts {
+        let mut written = (*part).clone();
+        write_entry_parts(&mut written, var, &key_var, &value_var);
+        let mut other = Access::None;
+        visit(&written, var, &mut other);
+        if !other.is_none() {
+            return Access::Full;
+        }
+        visit(&written, &value_var, &mut value);
+    }
+    value
+}
+
+/// Writes the identifiers `key_var` and `value_var` in place of `var[0]`
+/// and `var[1]` in `e`.
+fn write_entry_parts(e: &mut IdedExpr, var: &str, key_var: &str, value_var: &str) {
+    if let Expr::Call(call) = &e.expr {
+        if let (operators::INDEX, None, [entry, index]) = (
+            call.func_name.as_str(),
+            call.target.as_deref(),
+            call.args.as_slice(),
+        ) {
+            if matches!(&entry.expr, Expr::Ident(i) if i == var) {
+                match &index.expr {
+                    Expr::Literal(LiteralValue::Int(i)) if **i == 0 => {
+                        e.expr = Expr::Ident(key_var.to_string());
+                        return;
+                    }
+                    Expr::Literal(LiteralValue::Int(i)) if **i == 1 => {
+                        e.expr = Expr::Ident(value_var.to_string());
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    super::rewrite::for_each_child_mut(e, &mut |child| {
+        write_entry_parts(child, var, key_var, value_var)
+    });
 }
 
 /// The literal key and the searched value of `'key' in value`.
@@ -542,6 +655,11 @@ mod tests {
         Access::Elements(Box::new(inner))
     }
 
+    /// A list whose items are only counted (`size`).
+    fn items_only() -> Access {
+        elements(Access::Present)
+    }
+
     /// A list of containers whose images are read.
     fn image() -> Access {
         elements(Access::fields(&[("image", Access::Full)]))
@@ -615,10 +733,22 @@ mod tests {
             access("object.metadata.labels[?'app'].orValue('') == 'web'"),
             labels(Access::fields(&[("app", Access::Full)]))
         );
-        assert_eq!(
-            access("object.metadata.?labels.?app.hasValue()"),
-            labels(Access::fields(&[("app", Access::Full)]))
-        );
+        // Whether an optional selection holds a value tests for the field;
+        // after a plain selection the value is read.
+        for (src, app) in [
+            ("object.metadata.?labels.?app.hasValue()", Access::Present),
+            (
+                "object.metadata.?labels[?'app'].hasValue()",
+                Access::Present,
+            ),
+            ("object.metadata.labels.app.hasValue()", Access::Full),
+        ] {
+            assert_eq!(
+                access(src),
+                labels(Access::fields(&[("app", app)])),
+                "{src}"
+            );
+        }
         assert_eq!(
             access("object.?spec.orValue({}) == {}"),
             Access::fields(&[("spec", Access::Full)])
@@ -722,7 +852,7 @@ mod tests {
         // `cel.bind` (a comprehension over `[]`): its body is read as before.
         assert_eq!(
             access("cel.bind(n, object.spec.containers.size(), object.spec.initContainers.map(c, c.image))"),
-            spec(&[("containers", Access::Full), ("initContainers", image())])
+            spec(&[("containers", items_only()), ("initContainers", image())])
         );
         // The variable bound again inside is not the literal there.
         assert_eq!(
@@ -735,6 +865,70 @@ mod tests {
                 "['containers', string(object.kind)].map(f, object.spec[?f].orValue([]).size())"
             ),
             Access::fields(&[("kind", Access::Full), ("spec", Access::Full)])
+        );
+    }
+
+    #[test]
+    fn a_size_reads_the_items_of_a_list_and_nothing_they_hold() {
+        assert_eq!(
+            access("size(object.spec.containers) > 1"),
+            spec(&[("containers", items_only())])
+        );
+        assert_eq!(
+            access("object.spec.?volumes.orValue([]).size() + object.spec.containers.size()"),
+            spec(&[("containers", items_only()), ("volumes", Access::Full)])
+        );
+        // A map (or a string) read so is converted whole, which its size
+        // needs: items are only taken from lists.
+        assert_eq!(access("size(object) > 0"), items_only());
+        assert_eq!(
+            access("size(object.metadata.labels) > 1 && object.metadata.labels.app == 'x'"),
+            labels(Access::Full)
+        );
+    }
+
+    #[test]
+    fn two_variable_comprehensions_read_values_as_their_value_variable_does() {
+        assert_eq!(
+            access("object.spec.containers.transformList(i, c, c.image != '', i)"),
+            spec(&[("containers", image())])
+        );
+        assert_eq!(
+            access("object.spec.containers.all(i, c, i < 5 && c.name != '')"),
+            spec(&[(
+                "containers",
+                elements(Access::fields(&[("name", Access::Full)]))
+            )])
+        );
+        assert_eq!(
+            access("object.spec.?initContainers.orValue([]).transformList(i, c, Object.spec.initContainers{name: c.name, image: c.image})"),
+            spec(&[(
+                "initContainers",
+                elements(Access::fields(&[("image", Access::Full), ("name", Access::Full)]))
+            )])
+        );
+        // Over literal keys and an optional field, as the example policy
+        // `security-drop-all-capabilities` reads.
+        assert_eq!(
+            access("['containers', 'initContainers'].map(f, object.spec[?f].orValue([]).transformList(i, c, !c.?securityContext.?capabilities.?drop.hasValue(), i))"),
+            spec(&[
+                ("containers", elements(Access::fields(&[("securityContext", Access::fields(&[("capabilities", Access::fields(&[("drop", Access::Present)]))]))]))),
+                ("initContainers", elements(Access::fields(&[("securityContext", Access::fields(&[("capabilities", Access::fields(&[("drop", Access::Present)]))]))]))),
+            ])
+        );
+        // The value used whole, or the entry itself: whole values.
+        assert_eq!(
+            access("object.spec.containers.transformList(i, c, c)"),
+            spec(&[("containers", elements(Access::Full))])
+        );
+        // A map's entries: its values are read, so it is converted whole.
+        assert_eq!(
+            access("object.metadata.labels.all(k, v, v != '')"),
+            labels(elements(Access::Full))
+        );
+        assert_eq!(
+            access("object.metadata.labels.transformMap(k, v, k.startsWith('a'), v + k)"),
+            labels(elements(Access::Full))
         );
     }
 
@@ -765,7 +959,6 @@ mod tests {
             access(".object.spec"),
             Access::fields(&[("spec", Access::Full)])
         );
-        assert_eq!(access("size(object) > 0"), Access::Full);
         assert_eq!(access("object[object.kind].replicas > 1"), Access::Full);
         assert_eq!(access("optional.of(object).?spec.hasValue()"), Access::Full);
         assert_eq!(access("[1].all(object, object > 0)"), Access::Full);
@@ -796,12 +989,22 @@ mod tests {
                 Access::fields(&[("containers", elements(Access::Full))])
             )])
         );
-        // Iterated and also read another way: whole.
+        // Iterated and also sized: the size reads no more of the elements.
         assert_eq!(
             access(
                 "object.spec.containers.all(c, c.name != '') && size(object.spec.containers) > 1"
             ),
-            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
+            spec(&[(
+                "containers",
+                elements(Access::fields(&[("name", Access::Full)]))
+            )])
+        );
+        // Iterated and also read another way: whole.
+        assert_eq!(
+            access(
+                "object.spec.containers.all(c, c.name != '') && object.spec.containers[0] != {}"
+            ),
+            spec(&[("containers", Access::Full)])
         );
     }
 
