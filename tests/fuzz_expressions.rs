@@ -287,6 +287,16 @@ const EDGES: &[&str] = &[
     "(object.spec.template.spec.containers + object.spec.template.spec.?initContainers.orValue([])).transformList(i, c, c.image)",
     "object.spec.template.spec.containers.filter(c, c.name != 'x').transformList(i, c, c.?ports.hasValue(), c.name)",
     "variables.kept.transformList(i, c, c.image + string(i))",
+    "'app' in object.metadata.?labels.orValue({})",
+    "'x' in object.metadata.?missing.orValue({})",
+    "object.metadata.?labels.orValue({}).app",
+    "object.metadata.?missing.orValue({}).app",
+    "object.metadata.?labels.orValue({})[?'tier'].orValue('-')",
+    "size(object.metadata.?labels.orValue({})) + object.spec.template.spec.?containers.orValue([]).size()",
+    "['team', 'tier'].filter(k, k in object.metadata.?labels.orValue({}))",
+    "object.?metadata.orValue({}).?labels.orValue({}).app",
+    "object.spec.template.spec.?containers.orValue([]).exists(c, c.?ports.orValue([]).size() > 0)",
+    "object.metadata.?labels.orValue([]).size()",
 ];
 
 const NAMES: &[&str] = &["x", "y", "z", "i", "v", "k", "e"];

@@ -303,9 +303,15 @@ fn visit_chain(e: &IdedExpr, tail: &[&str], leaf: &Access, name: &str, access: &
 fn chain_from<'e>(e: &'e IdedExpr, name: &str) -> Result<Vec<&'e str>, &'e IdedExpr> {
     let mut path = Vec::new();
     let mut node = e;
-    while let Some((operand, field)) = chain_step(node) {
-        path.push(field);
-        node = operand;
+    loop {
+        if let Some((operand, field)) = chain_step(node) {
+            path.push(field);
+            node = operand;
+        } else if let Some(optional) = or_empty(node) {
+            node = optional;
+        } else {
+            break;
+        }
     }
     match &node.expr {
         Expr::Ident(ident) if names(ident, name) => {
@@ -358,13 +364,8 @@ fn has_value_operand(e: &IdedExpr) -> Option<&IdedExpr> {
         return None;
     };
     let target = call.target.as_deref()?;
-    let optional_step = matches!(&target.expr, Expr::Call(step)
-        if step.func_name == operators::OPT_SELECT || step.func_name == operators::OPT_INDEX);
-    (call.func_name == "hasValue"
-        && call.args.is_empty()
-        && optional_step
-        && chain_step(target).is_some())
-    .then_some(target)
+    (call.func_name == "hasValue" && call.args.is_empty() && is_optional_step(target))
+        .then_some(target)
 }
 
 /// The range of a two-variable comprehension (`range.all(k, v, ..)`,
@@ -433,6 +434,32 @@ fn write_entry_parts(e: &mut IdedExpr, var: &str, key_var: &str, value_var: &str
     super::rewrite::for_each_child_mut(e, &mut |child| {
         write_entry_parts(child, var, key_var, value_var)
     });
+}
+
+/// The optional chain of `chain.orValue({})` or `chain.orValue([])`, when
+/// its last step is an optional selection: the value is the field's where
+/// it is there, and otherwise an empty map or list, made of no input. So
+/// the value is read as the field would be.
+fn or_empty(e: &IdedExpr) -> Option<&IdedExpr> {
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    let (Some(optional), [default]) = (call.target.as_deref(), call.args.as_slice()) else {
+        return None;
+    };
+    let empty = match &default.expr {
+        Expr::List(l) => l.elements.is_empty(),
+        Expr::Map(m) => m.entries.is_empty(),
+        _ => false,
+    };
+    (call.func_name == "orValue" && empty && is_optional_step(optional)).then_some(optional)
+}
+
+/// Whether `e` is an optional selection (`x.?f`, `x[?'f']`).
+fn is_optional_step(e: &IdedExpr) -> bool {
+    matches!(&e.expr, Expr::Call(step)
+        if step.func_name == operators::OPT_SELECT || step.func_name == operators::OPT_INDEX)
+        && chain_step(e).is_some()
 }
 
 /// The literal key and the searched value of `'key' in value`.
@@ -558,9 +585,8 @@ fn is_true(e: &IdedExpr) -> bool {
 }
 
 /// The chains from the variable `name` whose values a comprehension's
-/// range `e` is made of, when it is made only of them: a chain, the value
-/// of an optional chain or an empty list (`name.?a.orValue([])`), or `+` of
-/// such ranges (`name.a + name.?b.orValue([])`). The range's elements are
+/// range `e` is made of, when it is made only of them: a chain (`name.a`,
+/// or `name.?a.orValue([])`, see [`or_empty`]), or `+` of such ranges (`name.a + name.?b.orValue([])`). The range's elements are
 /// then the elements of those values, and are read as the iteration
 /// variable reads them.
 fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
@@ -576,12 +602,6 @@ fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
             let mut paths = range_paths(left, name)?;
             paths.extend(range_paths(right, name)?);
             Some(paths)
-        }
-        (Some(optional), [default])
-            if call.func_name == "orValue"
-                && matches!(&default.expr, Expr::List(l) if l.elements.is_empty()) =>
-        {
-            Some(vec![chain_from(optional, name).ok()?])
         }
         _ => None,
     }
@@ -869,6 +889,45 @@ mod tests {
     }
 
     #[test]
+    fn an_optional_field_or_an_empty_value_is_read_as_the_field() {
+        for (src, app) in [
+            (
+                "'app' in object.metadata.?labels.orValue({})",
+                Access::Present,
+            ),
+            (
+                "object.metadata.?labels.orValue({}).app == 'x'",
+                Access::Full,
+            ),
+            (
+                "object.metadata[?'labels'].orValue({})[?'app'].hasValue()",
+                Access::Present,
+            ),
+        ] {
+            assert_eq!(
+                access(src),
+                labels(Access::fields(&[("app", app)])),
+                "{src}"
+            );
+        }
+        assert_eq!(
+            access("object.spec.?containers.orValue([]).all(c, c.name != '')"),
+            spec(&[(
+                "containers",
+                elements(Access::fields(&[("name", Access::Full)]))
+            )])
+        );
+        // Another default, or no optional field: the value is read whole.
+        for src in [
+            "'app' in object.metadata.?labels.orValue({'app': 'x'})",
+            "'app' in object.metadata.labels.orValue({})",
+            "object.metadata.?labels.orValue({}) == {}",
+        ] {
+            assert_eq!(access(src), labels(Access::Full), "{src}");
+        }
+    }
+
+    #[test]
     fn a_size_reads_the_items_of_a_list_and_nothing_they_hold() {
         assert_eq!(
             access("size(object.spec.containers) > 1"),
@@ -876,7 +935,7 @@ mod tests {
         );
         assert_eq!(
             access("object.spec.?volumes.orValue([]).size() + object.spec.containers.size()"),
-            spec(&[("containers", items_only()), ("volumes", Access::Full)])
+            spec(&[("containers", items_only()), ("volumes", items_only())])
         );
         // A map (or a string) read so is converted whole, which its size
         // needs: items are only taken from lists.
