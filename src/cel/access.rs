@@ -8,8 +8,9 @@
 //! are converted whole. The expression cannot tell the difference: a map it
 //! only selects known fields from answers those selections exactly as the
 //! whole map would. A literal key is a selection too (`m['k']` reads what
-//! `m.k` reads), and a field only tested for (`has(m.k)`, `'k' in m`) is
-//! not converted at all.
+//! `m.k` reads), and a field only tested for (`has(m.k)`, `'k' in m`,
+//! `m.?k.hasValue()`) is not converted at all, nor is what the items of a
+//! list only counted (`size(l)`) hold.
 
 use cel::common::ast::{operators, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::CelString;
@@ -586,9 +587,10 @@ fn is_true(e: &IdedExpr) -> bool {
 
 /// The chains from the variable `name` whose values a comprehension's
 /// range `e` is made of, when it is made only of them: a chain (`name.a`,
-/// or `name.?a.orValue([])`, see [`or_empty`]), or `+` of such ranges (`name.a + name.?b.orValue([])`). The range's elements are
-/// then the elements of those values, and are read as the iteration
-/// variable reads them.
+/// or `name.?a.orValue([])`, see [`or_empty`]), or `+` of such ranges
+/// (`name.a + name.?b.orValue([])`). The range's elements are then the
+/// elements of those values, and are read as the iteration variable reads
+/// them.
 fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
     let e = uncharged(e);
     if let Ok(path) = chain_from(e, name) {
