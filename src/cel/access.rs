@@ -1098,27 +1098,36 @@ mod tests {
                 ])
             )])
         );
-        // Read whole (here by `size`), the variable needs the whole input.
-        let whole = compile("size(variables.unsized) + size(variables.spec)");
+        // Read whole (here compared), the variable needs the whole input.
+        let whole = compile("variables.unsized != [] && variables.spec != {}");
         assert_eq!(
             activation_access(&[whole.ast()], &variables, "object"),
             Access::fields(&[("spec", Access::Full)])
+        );
+        // Only sized, the kept items are read only as the filter reads them.
+        let sized = compile("size(variables.unsized) > 0");
+        assert_eq!(
+            activation_access(&[sized.ast()], &variables[..1], "object"),
+            spec_containers_tested_for_requests()
         );
         // Unread, only its own reads count.
         let none = compile("1 == 1");
         assert_eq!(
             activation_access(&[none.ast()], &variables, "object"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[(
-                    "containers",
-                    elements(Access::fields(&[(
-                        "resources",
-                        Access::fields(&[("requests", Access::Present)])
-                    )]))
-                )])
-            )])
+            spec_containers_tested_for_requests()
         );
+    }
+
+    /// `object.spec.containers`, whose items are tested for
+    /// `resources.requests`.
+    fn spec_containers_tested_for_requests() -> Access {
+        spec(&[(
+            "containers",
+            elements(Access::fields(&[(
+                "resources",
+                Access::fields(&[("requests", Access::Present)]),
+            )])),
+        )])
     }
 
     #[test]
