@@ -7,7 +7,7 @@
 use kmutate::cel::access::{activation_access, Access};
 use kmutate::cel::convert::val_to_json;
 use kmutate::cel::cost::COST_LIMIT_EXCEEDED;
-use kmutate::cel::{error_text, CelEnvironment};
+use kmutate::cel::{error_text, CelEnvironment, CompiledExpression};
 use kmutate::dispatch::activation::{Activation, CompiledVariable};
 use serde_json::json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -793,6 +793,34 @@ struct Tally {
     problems: Vec<String>,
 }
 
+/// The activation of `inputs`, each converted as far as `accesses` says.
+fn activation<'a>(
+    env: &'a CelEnvironment,
+    inputs: &[(&'static str, &'a serde_json::Value)],
+    accesses: &'a [Access],
+    vars: &'a [CompiledVariable],
+) -> Activation<'a> {
+    let json_inputs = inputs
+        .iter()
+        .zip(accesses)
+        .map(|((name, json), access)| (*name, *json, access))
+        .collect();
+    Activation::new(env, json_inputs, Vec::new(), vars)
+}
+
+/// `expr` evaluated (metered) in `act`, described; `Err` if it panicked.
+fn evaluate_described(
+    env: &CelEnvironment,
+    expr: &CompiledExpression,
+    act: &Activation<'_>,
+) -> std::thread::Result<Result<String, String>> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let mut ctx = env.context();
+        ctx.set_variable_resolver(act);
+        describe(expr.evaluate_with_limit(&ctx, LIMIT).0)
+    }))
+}
+
 #[test]
 fn random_expressions_fail_cleanly_and_within_budget() {
     // The parser recurses per nesting level, with large frames in a debug
@@ -865,25 +893,9 @@ fn fuzz() {
             .iter()
             .map(|(name, _)| activation_access(&[expr.ast()], &var_asts, name))
             .collect();
-        let act = Activation::new(
-            &env,
-            inputs
-                .iter()
-                .zip(&accesses)
-                .map(|((name, json), access)| (*name, *json, access))
-                .collect(),
-            Vec::new(),
-            &vars,
-        );
-        let whole = Activation::new(
-            &env,
-            inputs
-                .iter()
-                .map(|(name, json)| (*name, *json, &Access::Full))
-                .collect(),
-            Vec::new(),
-            &vars,
-        );
+        let act = activation(&env, &inputs, &accesses, &vars);
+        let full: Vec<Access> = inputs.iter().map(|_| Access::Full).collect();
+        let whole = activation(&env, &inputs, &full, &vars);
         let t = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = env.context();
@@ -907,18 +919,10 @@ fn fuzz() {
         };
         // Converting only what the expression can observe must not change
         // what it evaluates to.
-        let on_whole = catch_unwind(AssertUnwindSafe(|| {
-            let mut ctx = env.context();
-            ctx.set_variable_resolver(&whole);
-            describe(expr.evaluate_with_limit(&ctx, LIMIT).0)
-        }));
-        let on_part = catch_unwind(AssertUnwindSafe(|| {
-            let mut ctx = env.context();
-            ctx.set_variable_resolver(&act);
-            describe(expr.evaluate_with_limit(&ctx, LIMIT).0)
-        }));
-        match (on_whole, on_part) {
-            (Ok(w), Ok(p)) if error_kind(&w) != error_kind(&p) => tally.problems.push(format!(
+        let on_whole = evaluate_described(&env, &expr, &whole);
+        let on_part = evaluate_described(&env, &expr, &act);
+        match (&on_whole, on_part) {
+            (Ok(w), Ok(p)) if error_kind(w) != error_kind(&p) => tally.problems.push(format!(
                 "#{n}: {p:?} on the observed part but {w:?} on whole inputs: {src}"
             )),
             (Ok(_), Ok(_)) => {}
@@ -926,14 +930,30 @@ fn fuzz() {
                 .problems
                 .push(format!("#{n}: evaluation on whole inputs panicked: {src}")),
         }
+        // The variables' own reads count even when the expression names
+        // none, and they cover the spec and the containers: an expression
+        // that names no variable is checked again on what it alone reads.
+        if Access::of(expr.ast(), "variables").is_none() {
+            let alone: Vec<Access> = inputs
+                .iter()
+                .map(|(name, _)| activation_access(&[expr.ast()], &[], name))
+                .collect();
+            let act_alone = activation(&env, &inputs, &alone, &vars);
+            let on_alone = evaluate_described(&env, &expr, &act_alone);
+            match (&on_whole, on_alone) {
+                (Ok(w), Ok(a)) if error_kind(w) != error_kind(&a) => tally.problems.push(format!(
+                    "#{n}: {a:?} on the part it alone observes but {w:?} on whole inputs: {src}"
+                )),
+                (Ok(_), Ok(_)) | (Err(_), _) => {}
+                (Ok(_), Err(_)) => tally.problems.push(format!(
+                    "#{n}: evaluation on the part it alone observes panicked: {src}"
+                )),
+            }
+        }
         // Metering must not change what an expression evaluates to.
         if !matches!(&result, Err(e) if e == COST_LIMIT_EXCEEDED) {
             let plain = catch_unwind(AssertUnwindSafe(|| evaluate_unmetered(&env, &act, &src)));
-            let metered = catch_unwind(AssertUnwindSafe(|| {
-                let mut ctx = env.context();
-                ctx.set_variable_resolver(&act);
-                describe(expr.evaluate_with_limit(&ctx, LIMIT).0)
-            }));
+            let metered = evaluate_described(&env, &expr, &act);
             match (plain, metered) {
                 (Ok(p), Ok(m)) if canonical(&p) != canonical(&m) => tally
                     .problems
