@@ -664,12 +664,17 @@ mod tests {
 
     /// `object.metadata.labels` read as `inner` says.
     fn labels(inner: Access) -> Access {
-        Access::fields(&[("metadata", Access::fields(&[("labels", inner)]))])
+        metadata(&[("labels", inner)])
     }
 
     /// `object.spec`'s fields read as `entries` say.
     fn spec(entries: &[(&str, Access)]) -> Access {
         Access::fields(&[("spec", Access::fields(entries))])
+    }
+
+    /// `object.metadata`'s fields read as `entries` say.
+    fn metadata(entries: &[(&str, Access)]) -> Access {
+        Access::fields(&[("metadata", Access::fields(entries))])
     }
 
     /// A list whose elements are read as `inner` says.
@@ -691,14 +696,11 @@ mod tests {
     fn select_chains_give_paths() {
         assert_eq!(
             access("object.spec.containers"),
-            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
+            spec(&[("containers", Access::Full)])
         );
         assert_eq!(
             access("has(object.metadata.labels) && object.metadata.name == 'x'"),
-            Access::fields(&[(
-                "metadata",
-                Access::fields(&[("labels", Access::Present), ("name", Access::Full)])
-            )])
+            metadata(&[("labels", Access::Present), ("name", Access::Full)])
         );
     }
 
@@ -710,7 +712,7 @@ mod tests {
         );
         assert_eq!(
             access("object['spec'].replicas > 1"),
-            Access::fields(&[("spec", Access::fields(&[("replicas", Access::Full)]))])
+            spec(&[("replicas", Access::Full)])
         );
         assert_eq!(
             access("'app' in object.metadata.labels"),
@@ -733,10 +735,7 @@ mod tests {
         assert_eq!(access("1 in object.metadata.labels"), labels(Access::Full));
         assert_eq!(
             access("object.metadata.labels[object.metadata.name]"),
-            Access::fields(&[(
-                "metadata",
-                Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
-            )])
+            metadata(&[("labels", Access::Full), ("name", Access::Full)])
         );
         assert_eq!(
             access("'app' in object.metadata.labels && size(object.metadata.labels) > 1"),
@@ -745,7 +744,7 @@ mod tests {
         // A test below an index that is no literal key.
         assert_eq!(
             access("has(object.spec.containers[0].image)"),
-            Access::fields(&[("spec", Access::fields(&[("containers", Access::Full)]))])
+            spec(&[("containers", Access::Full)])
         );
     }
 
@@ -778,30 +777,21 @@ mod tests {
         // The example policies' idiom: only `spec.os.name` is read.
         assert_eq!(
             access("object.spec.?os.?name.orValue('') != 'windows'"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[("os", Access::fields(&[("name", Access::Full)]))])
-            )])
+            spec(&[("os", Access::fields(&[("name", Access::Full)]))])
         );
         // A list under an optional selection is read whole as its elements
         // are not selected one by one here.
         assert_eq!(
             access("object.spec.containers + object.spec.?initContainers.orValue([])"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[
-                    ("containers", Access::Full),
-                    ("initContainers", Access::Full)
-                ])
-            )])
+            spec(&[
+                ("containers", Access::Full),
+                ("initContainers", Access::Full)
+            ])
         );
         // A key that is no literal: the map is read whole.
         assert_eq!(
             access("object.metadata.labels[?object.metadata.name]"),
-            Access::fields(&[(
-                "metadata",
-                Access::fields(&[("labels", Access::Full), ("name", Access::Full)])
-            )])
+            metadata(&[("labels", Access::Full), ("name", Access::Full)])
         );
     }
 
@@ -1028,27 +1018,20 @@ mod tests {
 
     #[test]
     fn comprehensions_read_elements_as_their_variable_does() {
-        let elements = |inner: Access| Access::Elements(Box::new(inner));
         assert_eq!(
             access("object.spec.containers.all(c, c.name != '' && has(c.image))"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[(
-                    "containers",
-                    elements(Access::fields(&[
-                        ("image", Access::Present),
-                        ("name", Access::Full)
-                    ]))
-                )])
+            spec(&[(
+                "containers",
+                elements(Access::fields(&[
+                    ("image", Access::Present),
+                    ("name", Access::Full)
+                ]))
             )])
         );
         // `filter` keeps whole elements.
         assert_eq!(
             access("object.spec.containers.filter(c, c.name == 'a')"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[("containers", elements(Access::Full))])
-            )])
+            spec(&[("containers", elements(Access::Full))])
         );
         // Iterated and also sized: the size reads no more of the elements.
         assert_eq!(
@@ -1073,30 +1056,29 @@ mod tests {
     fn a_variable_is_converted_as_far_as_its_readers_look() {
         let env = CelEnvironment::shared();
         let compile = |src: &str| env.compile(src).expect("compiles");
-        let elements = |inner: Access| Access::Elements(Box::new(inner));
         let unsized_containers =
             compile("object.spec.containers.filter(c, !has(c.resources.requests))");
-        let spec = compile("object.spec");
-        let variables = [("unsized", unsized_containers.ast()), ("spec", spec.ast())];
+        let whole_spec = compile("object.spec");
+        let variables = [
+            ("unsized", unsized_containers.ast()),
+            ("spec", whole_spec.ast()),
+        ];
         let mutation = compile("variables.unsized.map(c, c.name) + [variables.spec.hostname]");
         assert_eq!(
             activation_access(&[mutation.ast()], &variables, "object"),
-            Access::fields(&[(
-                "spec",
-                Access::fields(&[
-                    (
-                        "containers",
-                        elements(Access::fields(&[
-                            ("name", Access::Full),
-                            (
-                                "resources",
-                                Access::fields(&[("requests", Access::Present)])
-                            ),
-                        ]))
-                    ),
-                    ("hostname", Access::Full),
-                ])
-            )])
+            spec(&[
+                (
+                    "containers",
+                    elements(Access::fields(&[
+                        ("name", Access::Full),
+                        (
+                            "resources",
+                            Access::fields(&[("requests", Access::Present)])
+                        ),
+                    ]))
+                ),
+                ("hostname", Access::Full),
+            ])
         );
         // Read whole (here compared), the variable needs the whole input.
         let whole = compile("variables.unsized != [] && variables.spec != {}");
