@@ -308,11 +308,6 @@ fn rule_matches(rule: &NamedRule, req: &AdmissionRequest, gvr: &GroupVersionReso
         RuleScope::Namespaced => !is_namespaces_resource(gvr) && !req.namespace.is_empty(),
         RuleScope::Cluster => is_namespaces_resource(gvr) || req.namespace.is_empty(),
     };
-    let operation = || {
-        rule.operations
-            .iter()
-            .any(|op| op == "*" || same(op, &req.operation))
-    };
     let resource = || {
         rule.resources.iter().any(|r| {
             let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
@@ -320,10 +315,18 @@ fn rule_matches(rule: &NamedRule, req: &AdmissionRequest, gvr: &GroupVersionReso
         })
     };
     scope
-        && operation()
+        && operation_matches(rule, req)
         && exact_or_wildcard(&rule.api_groups, &gvr.group)
         && exact_or_wildcard(&rule.api_versions, &gvr.version)
         && resource()
+}
+
+/// Whether `rule` lists the request's operation: the one part of
+/// [`rule_matches`] that no equivalent resource changes.
+fn operation_matches(rule: &NamedRule, req: &AdmissionRequest) -> bool {
+    rule.operations
+        .iter()
+        .any(|op| op == "*" || same(op, &req.operation))
 }
 
 /// An empty name list always matches (a generated name is "" and matches no
@@ -346,7 +349,8 @@ fn matches_rules(
             return Ok(Some(MatchedAs::Exact));
         }
     }
-    if policy == MatchPolicy::Exact || rules.is_empty() {
+    // Equivalent resources are looked up only for rules they could match.
+    if policy == MatchPolicy::Exact || !rules.iter().any(|r| operation_matches(r, req)) {
         return Ok(None);
     }
     let crd_table;
