@@ -7,7 +7,7 @@ use criterion::{criterion_group, Criterion};
 use kmutate::authorizer::AlwaysDeny;
 use kmutate::dispatch::Outcome;
 use kmutate::matching::complete_request;
-use kmutate::webhook::engine::{Engine, EngineSources};
+use kmutate::webhook::engine::{DecodedBody, Engine, EngineSources};
 use kmutate::webhook::review::{self, Answer};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -35,15 +35,19 @@ fn load(sources: &EngineSources, review: &std::path::Path) -> (Engine, Vec<u8>) 
     let engine = Engine::load(sources, Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
     let body = std::fs::read(review).unwrap_or_else(|e| panic!("{}: {e}", review.display()));
-    let review: serde_json::Value = serde_json::from_slice(&body).expect("review is JSON");
-    (engine, serde_json::to_vec(&review).expect("re-encodes"))
+    serde_json::from_slice::<serde::de::IgnoredAny>(&body).expect("review is JSON");
+    (engine, review::compact_json(&body))
 }
 
 #[inline(never)]
 fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
-    // As the server (src/webhook/server.rs `handle` and `evaluate`).
-    let mut review = review::decode_reading_old_object(body, engine.reads_old_object())
-        .expect("fixture decodes");
+    // As the server (src/webhook/server.rs `mutate` and `evaluate`).
+    let mut review = match engine.decode_review(body).expect("fixture decodes") {
+        DecodedBody::Unmatched(review) => {
+            return review::encode(review.version, &review.request.uid, &Answer::allow())
+        }
+        DecodedBody::Review(review) => review,
+    };
     complete_request(&mut review.request, engine.resources());
     let prematch = engine.prematch(&review.request);
     let uid = review.request.uid.clone();
@@ -90,7 +94,7 @@ fn already_mutated(engine: &Engine, body: &[u8]) -> Vec<u8> {
     };
     let mut doc: serde_json::Value = serde_json::from_slice(body).expect("fixture is JSON");
     doc["request"]["object"] = object;
-    serde_json::to_vec(&doc).expect("re-encodes")
+    review::encode_in_request_order(&doc)
 }
 
 /// An update of the fixture's Pod (a label added), which its policies, all
@@ -104,7 +108,7 @@ fn unmatched_update(body: &[u8]) -> Vec<u8> {
     request["object"]["metadata"]["labels"]["rollout"] = "2".into();
     request["options"] =
         serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
-    serde_json::to_vec(&doc).expect("re-encodes")
+    review::encode_in_request_order(&doc)
 }
 
 fn webhook_admission(c: &mut Criterion) {

@@ -6,6 +6,7 @@
 use base64::Engine as _;
 use kmutate::webhook::client::{get_plain, Client, Connection};
 use kmutate::webhook::engine::EngineSources;
+use kmutate::webhook::review::encode_in_request_order;
 use kmutate::webhook::tls::{self, CertFiles};
 use kmutate::webhook::{ServeConfig, Server, TlsSource};
 use serde_json::{json, Value};
@@ -89,13 +90,14 @@ fn metric(text: &str, prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A review as kube-apiserver writes it: the request's members in its
+/// order, the object after the others.
 fn review(api_version: &str, request: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+    encode_in_request_order(&json!({
         "apiVersion": api_version,
         "kind": "AdmissionReview",
         "request": request,
     }))
-    .unwrap()
 }
 
 fn request_for(
@@ -262,6 +264,21 @@ fn unmatched_request_gets_no_patch_and_no_evaluation() {
             resp.get("patch").is_none() && resp.get("patchType").is_none(),
             "{resp}"
         );
+
+        // Its object is still read whole: one it could not decode is refused.
+        let mut request = request_for("u-3", "", "v1", "ConfigMap", "configmaps", &cm);
+        request["object"] = json!("BAD");
+        let bad = String::from_utf8(review("admission.k8s.io/v1", request))
+            .unwrap()
+            .replace(
+                "\"BAD\"",
+                r#"{"metadata":{"name":"settings"},"data":{"k":"\ud800"}}"#,
+            );
+        // As refused when the object is built.
+        let refused = kmutate::webhook::review::decode(bad.as_bytes()).unwrap_err();
+        let r = conn.post("/mutate", bad.into_bytes()).await.unwrap();
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.text().contains(&refused.to_string()), "{}", r.text());
 
         // A DELETE of a Deployment matches no policy either.
         let mut request = deployment_request("u-2", &json!({"metadata": {"name": "x"}}));

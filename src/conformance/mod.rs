@@ -8,6 +8,7 @@ use crate::matching::{complete_request, ResourceTable};
 use crate::mutation::diff::Snapshot;
 use crate::request::{AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
+use crate::webhook::review::{decode_for_policies, decode_reading_old_object, DecodedBody};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -210,6 +211,9 @@ pub fn run_case(case: &Case) -> CaseResult {
         Ok(p) => p,
         Err(e) => return CaseResult::Fail(format!("{}: {e}", case.source)),
     };
+    if let Err(e) = check_decode_claims(case, &prepared) {
+        return CaseResult::Fail(e);
+    }
     let expect = case.doc.get("expect").cloned().unwrap_or(Json::Null);
     let (outcome, original) = prepared.run_keeping_original();
     if let Outcome::Admitted {
@@ -251,6 +255,81 @@ fn check_patch_claims(
         }
         _ => Ok(()),
     }
+}
+
+/// The webhook decides from a request's other members, before building its
+/// object, whether a binding may act on it, and leaves the object of one no
+/// binding may act on unbuilt ([`decode_for_policies`]): every case checks
+/// that a request so left is one its bindings do not match, and that a
+/// request built is decoded as it is without the choice, with the object
+/// written after the other members (kube-apiserver's order) and before.
+fn check_decode_claims(case: &Case, prepared: &PreparedCase) -> Result<(), String> {
+    let doc = &case.doc;
+    let Some(object) = doc.get("object").filter(|o| !o.is_null()) else {
+        return Ok(());
+    };
+    let mut members: Vec<String> = Vec::new();
+    if let Some(Json::Object(request)) = doc.get("request") {
+        for (key, value) in request {
+            if !matches!(key.as_str(), "object" | "oldObject") {
+                members.push(format!("{}:{value}", Json::from(key.as_str())));
+            }
+        }
+    }
+    let mut objects = vec![format!("\"object\":{object}")];
+    if let Some(old) = doc.get("oldObject").filter(|o| !o.is_null()) {
+        objects.push(format!("\"oldObject\":{old}"));
+    }
+    let ctx = prepared.context();
+    for objects_first in [false, true] {
+        let request = if objects_first {
+            [objects.clone(), members.clone()].concat()
+        } else {
+            [members.clone(), objects.clone()].concat()
+        };
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#,
+            request.join(",")
+        );
+        let order = if objects_first { "first" } else { "last" };
+        let fail = |what: String| Err(format!("with the object written {order}: {what}"));
+        let reads_old_object = prepared.policies.reads_old_object();
+        let built = decode_reading_old_object(body.as_bytes(), reads_old_object);
+        match (
+            decode_for_policies(body.as_bytes(), &prepared.policies, &ctx),
+            built,
+        ) {
+            (Ok(DecodedBody::Review(review)), Ok(built)) if review.request == built.request => {}
+            (Ok(DecodedBody::Unmatched(review)), Ok(built)) => {
+                let mut whole = built.request;
+                complete_request(&mut whole, &prepared.resources);
+                let prematch = prepared.policies.prematch(&whole, &ctx);
+                let matched = prepared.policies.matched(&prematch);
+                if let Some(m) = matched.first() {
+                    return fail(format!(
+                        "the object was left unbuilt, but binding {:?} of policy {:?} acts on the request",
+                        m.binding, m.policy
+                    ));
+                }
+                whole.object = None;
+                whole.old_object = None;
+                if review.request != whole {
+                    return fail(format!(
+                        "the object was left unbuilt, and the request completed as {:?} instead of {:?}",
+                        review.request, whole
+                    ));
+                }
+            }
+            (Err(e), Err(built)) if e == built => {}
+            (gated, built) => {
+                return fail(format!(
+                    "decoded as {gated:?} instead of {:?}",
+                    built.map(|b| b.request)
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Compares an outcome with a case's `expect`.

@@ -17,7 +17,7 @@ use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
-use crate::matching::{self, ResourceTable};
+use crate::matching::{self, ObjectSeen, ResourceTable};
 use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
 use crate::mutation::diff::Snapshot;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
@@ -510,6 +510,25 @@ impl PolicySet {
                 })
                 .collect(),
         }
+    }
+
+    /// Whether some binding may act on `request` (completed) whatever its
+    /// object holds: its matching, with the object unknown
+    /// ([`ObjectSeen::No`]), matches or fails. When none may,
+    /// [`PolicySet::matched`] is empty for the request with any object in
+    /// it, and the admission leaves the object as it came.
+    pub fn may_act_whatever_the_object(
+        &self,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+    ) -> bool {
+        if request.operation == "DELETE" || is_policy_object(request) {
+            return false;
+        }
+        self.bindings.iter().any(|(binding, pi)| {
+            let policy = &self.policies[*pi].policy;
+            BindingMatch::given(policy, binding, request, ctx, ObjectSeen::No).acts()
+        })
     }
 
     /// The bindings that act on the request `prematch` was made for, in
@@ -1203,7 +1222,19 @@ impl BindingMatch {
         request: &AdmissionRequest,
         ctx: &AdmissionContext<'_>,
     ) -> BindingMatch {
-        let matches = |mr| matching::matches(mr, request, ctx.cluster, ctx.resources);
+        Self::given(policy, binding, request, ctx, ObjectSeen::Yes)
+    }
+
+    /// [`BindingMatch::of`], reading the request's objects only when
+    /// `object` says so ([`matching::matches_given`]).
+    fn given(
+        policy: &Policy,
+        binding: &Binding,
+        request: &AdmissionRequest,
+        ctx: &AdmissionContext<'_>,
+        object: ObjectSeen,
+    ) -> BindingMatch {
+        let matches = |mr| matching::matches_given(mr, request, ctx.cluster, ctx.resources, object);
         let policy = matches(&policy.match_constraints);
         let binding = match policy {
             Ok(Some(_)) => binding.match_resources.as_ref().map(matches),

@@ -156,6 +156,32 @@ pub fn matches(
     cluster: &ClusterObjects,
     resources: &ResourceTable,
 ) -> Result<Option<MatchedAs>, MatchError> {
+    matches_given(constraints, req, cluster, resources, ObjectSeen::Yes)
+}
+
+/// Whether a match may read the request's objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectSeen {
+    /// It reads them (they are in the request).
+    Yes,
+    /// They are not known (and not in the request): the object selector
+    /// is taken to select the request. (A namespace selector on a
+    /// Namespace, which reads its labels, fails without the object, which
+    /// counts as a match when the rules apply.)
+    No,
+}
+
+/// [`matches`], with the request's objects unknown when `object` says so.
+/// With them unknown, an answer of `Ok(None)` holds whatever they are: the
+/// selectors that read them only ever narrow a match down, and their
+/// errors count only when the rules apply.
+pub fn matches_given(
+    constraints: &MatchResources,
+    req: &AdmissionRequest,
+    cluster: &ClusterObjects,
+    resources: &ResourceTable,
+    object: ObjectSeen,
+) -> Result<Option<MatchedAs>, MatchError> {
     // The plugin never dispatches these (Handles / Dispatch), so nothing matches.
     if !handles_operation(&req.operation) || is_exempt_resource(&req.resource) {
         return Ok(None);
@@ -165,7 +191,11 @@ pub fn matches(
     if let Ok(false) = ns_match {
         return Ok(None);
     }
-    let obj_match = match_object_selector(&constraints.object_selector, req);
+    let obj_match = if object == ObjectSeen::No {
+        Ok(true)
+    } else {
+        match_object_selector(&constraints.object_selector, req)
+    };
     if let Ok(false) = obj_match {
         return Ok(None);
     }

@@ -107,8 +107,9 @@ pub struct LoadtestArgs {
     /// The webhook's URL.
     #[arg(long, default_value = "https://127.0.0.1:8443/mutate")]
     pub url: String,
-    /// The AdmissionReview to send (JSON). Valid JSON is sent compact, as
-    /// kube-apiserver encodes it; anything else is sent as it is.
+    /// The AdmissionReview to send (JSON). Valid JSON is sent compact, its
+    /// members in the order written, as kube-apiserver encodes it;
+    /// anything else is sent as it is.
     #[arg(long, value_name = "FILE", default_value = "bench/webhook/review.json")]
     pub review: PathBuf,
     /// The CA bundle to trust (`kmutate serve` logs where its generated one is).
@@ -302,9 +303,10 @@ pub fn loadtest_cmd(args: LoadtestArgs) -> Result<ExitCode> {
         .ok_or_else(|| anyhow!("{host}: no address"))?;
     let body = std::fs::read(&args.review)
         .with_context(|| format!("reading {}", args.review.display()))?;
-    // A recorded review is kept readable on disk; kube-apiserver sends it compact.
-    let body = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(review) => serde_json::to_vec(&review)?,
+    // A recorded review is kept readable on disk; kube-apiserver sends it
+    // compact, its members in the order written.
+    let body = match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+        Ok(_) => super::review::compact_json(&body),
         Err(_) => body,
     };
     let config = LoadtestConfig {

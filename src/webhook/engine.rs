@@ -12,6 +12,8 @@ use crate::matching::ResourceTable;
 use crate::mutation::diff::Snapshot;
 use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
+pub use crate::webhook::review::DecodedBody;
+use crate::webhook::review::{self, DecodeError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -252,6 +254,13 @@ impl Engine {
         }
     }
 
+    /// Decodes a request body for this engine, leaving the object of a
+    /// request no binding may act on unbuilt
+    /// ([`review::decode_for_policies`]).
+    pub fn decode_review(&self, body: &[u8]) -> Result<DecodedBody, DecodeError> {
+        review::decode_for_policies(body, &self.compiled.set, &self.context())
+    }
+
     /// `request` matched against every binding, by matching alone (no CEL),
     /// for [`Engine::matched`] and then [`Engine::admit_prematched`].
     pub fn prematch(&self, request: &AdmissionRequest) -> Prematch {
@@ -399,5 +408,66 @@ mod tests {
         assert_eq!(changed, (false, false), "the second admission wrote");
         assert_eq!(unchanged, mutated);
         assert_eq!(again, Answer::allow());
+    }
+
+    /// The fixture's review with `change` made to its request.
+    fn fixture_body(change: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/webhook");
+        let body = std::fs::read(dir.join("review.json")).expect("fixture review");
+        let mut review: serde_json::Value = serde_json::from_slice(&body).expect("fixture JSON");
+        change(&mut review["request"]);
+        review::encode_in_request_order(&review)
+    }
+
+    #[test]
+    fn only_a_request_the_policies_may_act_on_has_its_object_built() {
+        let (engine, _) = fixture();
+        let decoded = |body: &[u8]| engine.decode_review(body).expect("decodes");
+        // The fixture's Pod CREATE: every policy matches.
+        let body = fixture_body(|_| {});
+        assert!(matches!(decoded(&body), DecodedBody::Review(r) if r.request.object.is_some()));
+        // An update (the policies are all on CREATE), and a ConfigMap.
+        for change in [
+            (|r: &mut serde_json::Value| {
+                r["operation"] = "UPDATE".into();
+                r["oldObject"] = r["object"].clone();
+            }) as fn(&mut serde_json::Value),
+            |r| {
+                r["kind"]["kind"] = "ConfigMap".into();
+                r["resource"]["resource"] = "configmaps".into();
+            },
+        ] {
+            let body = fixture_body(change);
+            let DecodedBody::Unmatched(review) = decoded(&body) else {
+                panic!("built: {}", String::from_utf8_lossy(&body));
+            };
+            let mut whole = review::decode(&body).expect("decodes").request;
+            complete_request(&mut whole, engine.resources());
+            assert!(engine.matched(&engine.prematch(&whole)).is_empty());
+            whole.object = None;
+            whole.old_object = None;
+            assert_eq!(review.request, whole);
+        }
+        // Members after the object decide: the kind says ConfigMap, but the
+        // resource, written after the object, is pods.
+        let review: serde_json::Value =
+            serde_json::from_slice(&fixture_body(|_| {})).expect("fixture JSON");
+        let request = &review["request"];
+        let member = |key: &str| format!("\"{key}\":{}", request[key]);
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"kind":{{"group":"","version":"v1","kind":"ConfigMap"}},{},{},{},{}}}}}"#,
+            member("object"),
+            member("resource"),
+            member("namespace"),
+            member("operation"),
+        );
+        let DecodedBody::Review(built) = decoded(body.as_bytes()) else {
+            panic!("left unbuilt: {body}");
+        };
+        assert_eq!(
+            built.request,
+            review::decode(body.as_bytes()).expect("decodes").request
+        );
+        assert!(built.request.object.is_some());
     }
 }

@@ -3,10 +3,18 @@
 //! of a denial.
 
 use super::MAX_NESTING;
+use crate::dispatch::{AdmissionContext, PolicySet};
+use crate::matching::complete_request;
 use crate::mutation::diff::Snapshot;
-use crate::request::{decode_without_old_object, AdmissionRequest};
-use serde::{Deserialize, Serialize};
-use serde_json::Value as Json;
+use crate::request::decode::{
+    member_of, DecodedRequest, ObjectChoice, ObjectPeek, RequestSeed, MEMBERS,
+};
+use crate::request::AdmissionRequest;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+use std::cell::RefCell;
+use std::fmt;
 
 /// The AdmissionReview versions served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,14 +66,13 @@ pub enum DecodeError {
     NoRequest,
 }
 
-#[derive(Deserialize)]
-struct ReviewIn {
-    #[serde(rename = "apiVersion", default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    request: Option<AdmissionRequest>,
+/// A review decoded by [`decode_with`].
+#[derive(Debug)]
+pub struct DecodedReview {
+    /// The review; its request's `object` is `None` when it was not built.
+    pub review: Review,
+    /// What was seen of an object the gate left unbuilt.
+    pub skipped_object: Option<ObjectPeek>,
 }
 
 /// Decodes a request body.
@@ -76,19 +83,20 @@ pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
 /// [`decode`], keeping the request's `oldObject` only when
 /// `old_object_read` (an engine whose policies may read it,
 /// [`crate::webhook::engine::Engine::reads_old_object`]); otherwise it is
-/// checked as strictly, and left out ([`decode_without_old_object`]).
+/// checked as strictly, and left out ([`ObjectChoice::old_object`]).
 pub fn decode_reading_old_object(
     body: &[u8],
     old_object_read: bool,
 ) -> Result<Review, DecodeError> {
-    if old_object_read {
-        decode_review(body)
-    } else {
-        decode_without_old_object(|| decode_review(body))
-    }
+    let choice = ObjectChoice {
+        old_object: old_object_read,
+        object_gate: None,
+    };
+    decode_with(body, choice).map(|decoded| decoded.review)
 }
 
-fn decode_review(body: &[u8]) -> Result<Review, DecodeError> {
+/// Decodes a request body, building its objects as `choice` says.
+pub fn decode_with(body: &[u8], choice: ObjectChoice<'_>) -> Result<DecodedReview, DecodeError> {
     // One UTF-8 check of the whole body is far cheaper than serde_json's
     // check of each string (hundreds in an object); JSON outside strings
     // is ASCII, so nothing valid is refused.
@@ -96,14 +104,18 @@ fn decode_review(body: &[u8]) -> Result<Review, DecodeError> {
         .map_err(|e| DecodeError::Json(format!("request body is not UTF-8: {e}")))?;
     // serde_json refuses nesting past its fixed recursion limit, which is
     // MAX_NESTING: no separate scan needed.
-    let review: ReviewIn = serde_json::from_str(text).map_err(|e| {
-        let message = e.to_string();
-        if message.starts_with("recursion limit exceeded") {
-            DecodeError::TooDeep
-        } else {
-            DecodeError::Json(message)
-        }
-    })?;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let review = ReviewSeed(choice)
+        .deserialize(&mut deserializer)
+        .and_then(|review| deserializer.end().map(|()| review))
+        .map_err(|e| {
+            let message = e.to_string();
+            if message.starts_with("recursion limit exceeded") {
+                DecodeError::TooDeep
+            } else {
+                DecodeError::Json(message)
+            }
+        })?;
     let version = match (review.api_version.as_str(), review.kind.as_str()) {
         ("admission.k8s.io/v1", "AdmissionReview") => ReviewVersion::V1,
         ("admission.k8s.io/v1beta1", "AdmissionReview") => ReviewVersion::V1Beta1,
@@ -114,18 +126,183 @@ fn decode_review(body: &[u8]) -> Result<Review, DecodeError> {
             })
         }
     };
-    let request = review.request.ok_or(DecodeError::NoRequest)?;
-    Ok(Review { version, request })
+    let decoded = review.request.ok_or(DecodeError::NoRequest)?;
+    Ok(DecodedReview {
+        review: Review {
+            version,
+            request: decoded.request,
+        },
+        skipped_object: decoded.skipped_object,
+    })
 }
 
-/// Whether JSON `body` opens more than `limit` arrays or objects at once
-/// (strings skipped). Malformed input is left to the decoder. ([`decode`]
-/// relies on the decoder's own limit instead.)
-pub fn nesting_exceeds(body: &[u8], limit: usize) -> bool {
-    let mut depth = 0usize;
+/// A request body decoded by [`decode_for_policies`].
+#[derive(Debug)]
+pub enum DecodedBody {
+    /// A review whose request no binding acts on, whatever its object: the
+    /// object was checked, not built (`object` is `None`), and the request
+    /// is completed as its object would have completed it.
+    Unmatched(Review),
+    /// A review to admit, its object built; not completed yet.
+    Review(Review),
+}
+
+/// Decodes a request body for `policies`: the object of a request none of
+/// their bindings may act on, whatever the object holds
+/// ([`PolicySet::may_act_whatever_the_object`]), is checked but not built,
+/// and the `oldObject` is built only if a policy may read it
+/// ([`PolicySet::reads_old_object`]).
+///
+/// The choice is made at the object, from the members before it (all of
+/// them, in kube-apiserver's order), and made again once the whole request
+/// is read, its kind, resource, name and namespace completed from the
+/// object as [`complete_request`] completes them. A request that turns out
+/// to need its object after all is decoded again, building it.
+pub fn decode_for_policies(
+    body: &[u8],
+    policies: &PolicySet,
+    ctx: &AdmissionContext<'_>,
+) -> Result<DecodedBody, DecodeError> {
+    let may_act = |request: &AdmissionRequest| policies.may_act_whatever_the_object(request, ctx);
+    // The completed header the early choice was made on.
+    let early_header = RefCell::new(None);
+    let early = |header: &AdmissionRequest| {
+        let mut header = header.matching_header();
+        complete_request(&mut header, ctx.resources);
+        let acts = may_act(&header);
+        *early_header.borrow_mut() = Some(header);
+        acts
+    };
+    let choice = ObjectChoice {
+        old_object: policies.reads_old_object(),
+        object_gate: Some(&early),
+    };
+    let decoded = decode_with(body, choice)?;
+    let Some(peek) = decoded.skipped_object else {
+        return Ok(DecodedBody::Review(decoded.review));
+    };
+    let mut review = decoded.review;
+    review.request.object = Some(peek.stand_in());
+    complete_request(&mut review.request, ctx.resources);
+    review.request.object = None;
+    // Matching reads only what the header holds: the same header, the same
+    // choice.
+    let unchanged = early_header
+        .borrow()
+        .as_ref()
+        .is_some_and(|early| *early == review.request.matching_header());
+    if !unchanged && may_act(&review.request) {
+        // Members after the object, or the object's own names, let a
+        // binding match.
+        return decode_reading_old_object(body, policies.reads_old_object())
+            .map(DecodedBody::Review);
+    }
+    Ok(DecodedBody::Unmatched(review))
+}
+
+/// The members of an AdmissionReview that are read.
+struct ReviewIn {
+    api_version: String,
+    kind: String,
+    request: Option<DecodedRequest>,
+}
+
+/// Decodes a [`ReviewIn`], its request by [`RequestSeed`].
+struct ReviewSeed<'g>(ObjectChoice<'g>);
+
+const REVIEW_FIELDS: &[&str] = &["apiVersion", "kind", "request"];
+
+impl<'de> DeserializeSeed<'de> for ReviewSeed<'_> {
+    type Value = ReviewIn;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ReviewIn, D::Error> {
+        d.deserialize_struct("AdmissionReview", REVIEW_FIELDS, self)
+    }
+}
+
+impl<'de> Visitor<'de> for ReviewSeed<'_> {
+    type Value = ReviewIn;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct AdmissionReview")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReviewIn, A::Error> {
+        let mut review = ReviewIn {
+            api_version: String::new(),
+            kind: String::new(),
+            request: None,
+        };
+        let mut seen = [false; 3];
+        while let Some(member) = member_of(&mut map, REVIEW_FIELDS)? {
+            let Some(index) = member else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if std::mem::replace(&mut seen[index], true) {
+                return Err(de::Error::duplicate_field(REVIEW_FIELDS[index]));
+            }
+            match index {
+                0 => review.api_version = map.next_value()?,
+                1 => review.kind = map.next_value()?,
+                _ => review.request = map.next_value_seed(OptionalRequest(self.0))?,
+            }
+        }
+        Ok(review)
+    }
+}
+
+/// A request or `null`, as `Option<AdmissionRequest>` decodes.
+struct OptionalRequest<'g>(ObjectChoice<'g>);
+
+impl<'de> DeserializeSeed<'de> for OptionalRequest<'_> {
+    type Value = Option<DecodedRequest>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptionalRequest<'_> {
+    type Value = Option<DecodedRequest>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        RequestSeed(self.0).deserialize(d).map(Some)
+    }
+}
+
+/// JSON `text` without the whitespace between its tokens, its members in
+/// the order they are written: a recorded review compacted as
+/// kube-apiserver sends it (Go's encoder writes a request's members in
+/// its struct's order, the object after the request's other members;
+/// decoding to a `Value` and encoding again would sort them). Text that is
+/// not JSON comes out without its whitespace outside strings.
+pub fn compact_json(text: &[u8]) -> Vec<u8> {
+    in_strings(text)
+        .filter(|&(b, inside)| inside || !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .map(|(b, _)| b)
+        .collect()
+}
+
+/// Each byte of JSON `text`, and whether it is part of a string (its
+/// quotes included).
+fn in_strings(text: &[u8]) -> impl Iterator<Item = (u8, bool)> + '_ {
     let mut in_string = false;
     let mut escaped = false;
-    for &b in body {
+    text.iter().map(move |&b| {
+        let inside = in_string || b == b'"';
         if in_string {
             if escaped {
                 escaped = false;
@@ -134,10 +311,61 @@ pub fn nesting_exceeds(body: &[u8], limit: usize) -> bool {
             } else if b == b'"' {
                 in_string = false;
             }
-            continue;
+        } else if b == b'"' {
+            in_string = true;
         }
+        (b, inside)
+    })
+}
+
+/// The JSON text of `review` with its request's members in the order
+/// kube-apiserver writes them ([`MEMBERS`]; members it does not have
+/// last), for tests and benchmarks that build reviews as `Value`s, whose
+/// members are sorted.
+pub fn encode_in_request_order(review: &Json) -> Vec<u8> {
+    fn members(object: &Map<String, Json>, ordered: bool) -> Vec<(&String, &Json)> {
+        let rank = |key: &str| {
+            MEMBERS
+                .iter()
+                .position(|m| *m == key)
+                .unwrap_or(MEMBERS.len())
+        };
+        let mut members: Vec<(&String, &Json)> = object.iter().collect();
+        if ordered {
+            members.sort_by_key(|(key, _)| rank(key));
+        }
+        members
+    }
+    let Json::Object(outer) = review else {
+        return review.to_string().into_bytes();
+    };
+    let text: Vec<String> = members(outer, false)
+        .into_iter()
+        .map(|(key, value)| {
+            let value = match value {
+                Json::Object(request) if key == "request" => {
+                    let inner: Vec<String> = members(request, true)
+                        .into_iter()
+                        .map(|(key, value)| format!("{}:{value}", Json::from(key.as_str())))
+                        .collect();
+                    format!("{{{}}}", inner.join(","))
+                }
+                value => value.to_string(),
+            };
+            format!("{}:{value}", Json::from(key.as_str()))
+        })
+        .collect();
+    format!("{{{}}}", text.join(",")).into_bytes()
+}
+
+/// Whether JSON `body` opens more than `limit` arrays or objects at once
+/// (strings skipped). Malformed input is left to the decoder. ([`decode`]
+/// relies on the decoder's own limit instead.)
+pub fn nesting_exceeds(body: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    for (b, inside) in in_strings(body) {
         match b {
-            b'"' => in_string = true,
+            _ if inside => {}
             b'{' | b'[' => {
                 depth += 1;
                 if depth > limit {
@@ -396,7 +624,7 @@ mod tests {
         left.old_object = kept.old_object.clone();
         assert_eq!(left, kept);
         assert_eq!(decoded("null", true).unwrap().old_object, None);
-        // The choice does not outlast the decoding.
+        // `decode` builds both objects.
         assert_eq!(decode(review(old).as_bytes()).unwrap().request, kept);
 
         let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -464,5 +692,30 @@ mod tests {
             out["response"]["status"]["message"],
             "policy 'p' with binding 'b' denied request: x"
         );
+    }
+
+    #[test]
+    fn compacting_keeps_the_members_order_and_the_strings() {
+        let text = b"{\n  \"uid\": \"a b\",\n  \"kind\": {\"kind\": \"Pod\"},\t\"s\": \"x\\\" \\\\ \\n y\",\r\n \"n\": [1, 2]\n}\n";
+        let compact = compact_json(text);
+        assert_eq!(
+            String::from_utf8(compact.clone()).unwrap(),
+            r#"{"uid":"a b","kind":{"kind":"Pod"},"s":"x\" \\ \n y","n":[1,2]}"#
+        );
+        let decoded: Json = serde_json::from_slice(&compact).unwrap();
+        assert_eq!(decoded, serde_json::from_slice::<Json>(text).unwrap());
+    }
+
+    #[test]
+    fn a_review_is_encoded_with_its_request_in_kube_apiservers_order() {
+        let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+            "request": {"userInfo": {"username": "u"}, "uid": "1", "object": {"b": 1, "a": 2},
+                "extra": true, "operation": "UPDATE"}});
+        let text = String::from_utf8(encode_in_request_order(&review)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"UPDATE","userInfo":{"username":"u"},"object":{"a":2,"b":1},"extra":true}}"#
+        );
+        assert_eq!(serde_json::from_str::<Json>(&text).unwrap(), review);
     }
 }

@@ -3,7 +3,7 @@
 //! listener with `GET /metrics`, per-request timeouts and panic isolation,
 //! and draining on shutdown.
 
-use super::engine::{Engine, EngineSources};
+use super::engine::{DecodedBody, Engine, EngineSources};
 use super::metrics::{ErrorType, Metrics, RequestResult};
 use super::review::{self, Answer};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -580,16 +580,19 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
 
     // Decoding and matching run here, guarded against panics.
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        review::decode_reading_old_object(&body, engine.reads_old_object()).map(|mut review| {
-            complete_request(&mut review.request, engine.resources());
-            // The admission's first pass reuses this matching.
-            let prematch = engine.prematch(&review.request);
-            let matched = engine.matched(&prematch);
-            let fallback = matched
-                .iter()
-                .find(|m| m.failure_policy == FailurePolicy::Fail)
-                .map(|m| (m.policy.to_string(), m.binding.to_string()));
-            (review, matched.len(), fallback, prematch)
+        engine.decode_review(&body).map(|decoded| match decoded {
+            DecodedBody::Unmatched(review) => (review, 0, None, None),
+            DecodedBody::Review(mut review) => {
+                complete_request(&mut review.request, engine.resources());
+                // The admission's first pass reuses this matching.
+                let prematch = engine.prematch(&review.request);
+                let matched = engine.matched(&prematch);
+                let fallback = matched
+                    .iter()
+                    .find(|m| m.failure_policy == FailurePolicy::Fail)
+                    .map(|m| (m.policy.to_string(), m.binding.to_string()));
+                (review, matched.len(), fallback, Some(prematch))
+            }
         })
     }));
     let (review, matched, fallback, prematch) = match decoded {
@@ -837,7 +840,7 @@ fn evaluate(
     engine: &Engine,
     metrics: &Metrics,
     request: AdmissionRequest,
-    prematch: Prematch,
+    prematch: Option<Prematch>,
     deadline: Instant,
 ) -> Evaluated {
     let observer = RequestObserver {
@@ -848,7 +851,7 @@ fn evaluate(
     let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _interrupt = crate::cel::cost::Interrupt::at(deadline);
-        engine.admit_prematched(request, Some(prematch), &observer)
+        engine.admit_prematched(request, prematch, &observer)
     }));
     if observer.interrupted() {
         return Evaluated::TimedOut;

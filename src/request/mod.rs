@@ -1,6 +1,8 @@
 //! The admission request (`admission.k8s.io/v1` AdmissionRequest) and the
 //! cluster objects an admission sees (Namespaces, params, CRDs).
 
+pub mod decode;
+
 use crate::api::LabelSelector;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -54,156 +56,55 @@ pub struct UserInfo {
 }
 
 /// An admission.k8s.io/v1 AdmissionRequest.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Decoded by [`decode::RequestSeed`] (its `Deserialize` builds every
+/// member): a member left out takes its default, and `operation`
+/// `CREATE`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionRequest {
     /// Request UID.
-    #[serde(default)]
     pub uid: String,
     /// Kind of the object.
-    #[serde(default)]
     pub kind: GroupVersionKind,
     /// Resource being requested.
-    #[serde(default)]
     pub resource: GroupVersionResource,
     /// Subresource ("" for the main resource).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub sub_resource: String,
     /// Kind as originally requested (before conversion to a matched version).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_kind: Option<GroupVersionKind>,
     /// Resource as originally requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_resource: Option<GroupVersionResource>,
     /// Subresource as originally requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_sub_resource: Option<String>,
     /// Object name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// Object namespace ("" when cluster-scoped).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// CREATE, UPDATE, DELETE or CONNECT.
-    #[serde(default = "default_operation")]
     pub operation: String,
     /// The requesting user.
-    #[serde(default)]
     pub user_info: UserInfo,
-    /// The new object.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The new object; `None` too when decoded without building it
+    /// ([`decode::ObjectChoice::object_gate`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub object: Option<Value>,
-    /// The existing object (UPDATE); `None` too when decoded by
-    /// [`decode_without_old_object`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "old_object"
-    )]
+    /// The existing object (UPDATE); `None` too when decoded without
+    /// building it ([`decode::ObjectChoice::old_object`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub old_object: Option<Value>,
     /// Whether the request is a dry run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
     /// Operation options.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<Value>,
-}
-
-fn default_operation() -> String {
-    "CREATE".into()
-}
-
-thread_local! {
-    /// Whether `oldObject` is checked but not kept (see
-    /// [`decode_without_old_object`]). serde's derived decoders take no
-    /// context, so the choice reaches [`old_object`] this way.
-    static CHECK_OLD_OBJECT_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `decode`, in which every [`AdmissionRequest`] decoded checks its
-/// `oldObject` as it would decode it (syntax, strings, numbers, nesting),
-/// building nothing, and leaves `old_object` as `None`.
-///
-/// For an update the old object is as large as the new one, and building
-/// then dropping it costs as much; a caller whose policies cannot read it
-/// (no expression names `oldObject`, no object selector is matched) spares
-/// that, and the request is refused for exactly the bodies it would be
-/// refused for otherwise.
-pub fn decode_without_old_object<T>(decode: impl FnOnce() -> T) -> T {
-    /// Puts the flag back however `decode` ends.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CHECK_OLD_OBJECT_ONLY.set(self.0);
-        }
-    }
-    let _restore = Restore(CHECK_OLD_OBJECT_ONLY.replace(true));
-    decode()
-}
-
-fn old_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    if CHECK_OLD_OBJECT_ONLY.get() {
-        d.deserialize_any(CheckedValue).map(|()| None)
-    } else {
-        Option::<Value>::deserialize(d)
-    }
-}
-
-/// Any JSON value, decoded as a `Value` would be (every string unescaped,
-/// every number converted, serde_json's nesting limit applied) and then
-/// forgotten.
-struct CheckedValue;
-
-impl<'de> serde::de::DeserializeSeed<'de> for CheckedValue {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(CheckedValue)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for CheckedValue {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any valid JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(CheckedValue)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(CheckedValue)?.is_some() {
-            map.next_value_seed(CheckedValue)?;
-        }
-        Ok(())
-    }
 }
 
 /// Objects of one kind by (namespace, name).
@@ -421,6 +322,23 @@ impl RequestFields {
 }
 
 impl AdmissionRequest {
+    /// A copy of what matching reads and completing changes: the request
+    /// without its user, options and objects.
+    pub fn matching_header(&self) -> AdmissionRequest {
+        AdmissionRequest {
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+            sub_resource: self.sub_resource.clone(),
+            request_kind: self.request_kind.clone(),
+            request_resource: self.request_resource.clone(),
+            request_sub_resource: self.request_sub_resource.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            operation: self.operation.clone(),
+            ..AdmissionRequest::default()
+        }
+    }
+
     /// The CEL `request` variable: the request without its objects, as
     /// upstream's `CreateAdmissionRequest` builds it, with only `fields`
     /// (what no expression reads is not built).
