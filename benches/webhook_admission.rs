@@ -34,9 +34,15 @@ fn fixture() -> (Engine, Vec<u8>) {
 fn load(sources: &EngineSources, review: &std::path::Path) -> (Engine, Vec<u8>) {
     let engine = Engine::load(sources, Box::new(AlwaysDeny));
     assert!(engine.problems().is_empty(), "{:?}", engine.problems());
-    let body = std::fs::read(review).unwrap_or_else(|e| panic!("{}: {e}", review.display()));
+    (engine, read_review(review))
+}
+
+/// The review at `path`, compacted as kube-apiserver sends it (its members
+/// in the order written).
+fn read_review(path: &std::path::Path) -> Vec<u8> {
+    let body = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice::<serde::de::IgnoredAny>(&body).expect("review is JSON");
-    (engine, review::compact_json(&body))
+    review::compact_json(&body)
 }
 
 #[inline(never)]
@@ -97,18 +103,11 @@ fn already_mutated(engine: &Engine, body: &[u8]) -> Vec<u8> {
     review::encode_in_request_order(&doc)
 }
 
-/// An update of the fixture's Pod (a label added), which its policies, all
-/// on CREATE, do not match: the request carries the Pod twice, and is
-/// answered after matching alone.
-fn unmatched_update(body: &[u8]) -> Vec<u8> {
-    let mut doc: serde_json::Value = serde_json::from_slice(body).expect("fixture is JSON");
-    let request = &mut doc["request"];
-    request["operation"] = "UPDATE".into();
-    request["oldObject"] = request["object"].clone();
-    request["object"]["metadata"]["labels"]["rollout"] = "2".into();
-    request["options"] =
-        serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
-    review::encode_in_request_order(&doc)
+/// `bench/webhook/update-review.json`: an update of the fixture's Pod (a
+/// label added), which its policies, all on CREATE, do not match. The
+/// request carries the Pod twice, and is answered after matching alone.
+fn unmatched_update() -> Vec<u8> {
+    read_review(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/webhook/update-review.json"))
 }
 
 fn webhook_admission(c: &mut Criterion) {
@@ -129,7 +128,7 @@ fn webhook_admission(c: &mut Criterion) {
     c.bench_function("webhook-fixture-request-already-mutated", |b| {
         b.iter(|| serve_one(&engine, black_box(&unchanged)))
     });
-    let update = unmatched_update(&body);
+    let update = unmatched_update();
     let answer = String::from_utf8_lossy(&serve_one(&engine, &update)).into_owned();
     assert!(
         answer.contains("\"allowed\":true") && !answer.contains("\"patch\""),
@@ -168,7 +167,7 @@ fn main() {
         if std::env::var_os("KMUTATE_PROFILE_ALREADY_MUTATED").is_some() {
             body = already_mutated(&engine, &body);
         } else if std::env::var_os("KMUTATE_PROFILE_UNMATCHED_UPDATE").is_some() {
-            body = unmatched_update(&body);
+            body = unmatched_update();
         }
         for _ in 0..n {
             black_box(serve_one(&engine, black_box(&body)));
