@@ -718,4 +718,68 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Json>(&text).unwrap(), review);
     }
+
+    /// The fixture's review with bytes of its object replaced or inserted
+    /// at random: left unbuilt, the object is refused exactly when it is
+    /// refused built, with the same message, and the rest of the request
+    /// decodes the same.
+    #[test]
+    fn an_object_left_unbuilt_is_refused_as_when_built() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/webhook/review.json");
+        let body = compact_json(&std::fs::read(path).expect("fixture review"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        let start = text.find("\"object\":").unwrap() + 9;
+        let end = text.find(",\"oldObject\"").unwrap();
+        let skip = |_: &AdmissionRequest| false;
+        let choice = ObjectChoice {
+            old_object: true,
+            object_gate: Some(&skip),
+        };
+        let interesting = b"\"\\{}[],:0123456789eE.-+ubtnrfx \t\x01";
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut refused, mut skipped) = (0, 0);
+        for _ in 0..3000 {
+            let mut mutated = body.clone();
+            for _ in 0..1 + next(3) {
+                let at = start + next(end - start);
+                let byte = interesting[next(interesting.len())];
+                if next(2) == 0 {
+                    mutated[at] = byte;
+                } else {
+                    mutated.insert(at, byte);
+                }
+            }
+            let built = decode(&mutated);
+            match (decode_with(&mutated, choice), built) {
+                (Err(gated), Err(built)) => {
+                    assert_eq!(gated, built);
+                    refused += 1;
+                }
+                (Ok(gated), Ok(mut built)) => {
+                    if gated.skipped_object.is_some() {
+                        built.request.object = None;
+                        skipped += 1;
+                    }
+                    assert_eq!(gated.review.request, built.request);
+                }
+                (gated, built) => panic!(
+                    "{}: {:?} against {:?}",
+                    String::from_utf8_lossy(&mutated),
+                    gated.map(|g| g.skipped_object),
+                    built.map(|_| ())
+                ),
+            }
+        }
+        // Both outcomes are common enough to have been compared.
+        assert!(
+            refused > 1000 && skipped > 200,
+            "{refused} refused, {skipped} skipped"
+        );
+    }
 }
