@@ -418,7 +418,7 @@ impl PolicySet {
     /// Whether an admission by this set may read the request's `oldObject`:
     /// a bound policy's expression names it, or a binding's matching has an
     /// object selector. When not, the request's old object need not be
-    /// decoded ([`crate::request::decode_without_old_object`]).
+    /// decoded ([`crate::request::decode::ObjectChoice::old_object`]).
     pub fn reads_old_object(&self) -> bool {
         self.reads_old_object
     }

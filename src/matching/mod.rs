@@ -171,7 +171,7 @@ pub enum ObjectSeen {
     No,
 }
 
-/// [`matches`], with the request's objects unknown when `object` says so.
+/// [`matches()`], with the request's objects unknown when `object` says so.
 /// With them unknown, an answer of `Ok(None)` holds whatever they are: the
 /// selectors that read them only ever narrow a match down, and their
 /// errors count only when the rules apply.
@@ -224,7 +224,7 @@ pub fn matches_given(
     Ok(Some(matched))
 }
 
-/// Whether [`matches`] reads the request's object (or old object) under
+/// Whether [`matches()`] reads the request's object (or old object) under
 /// `constraints`: through an object selector, or through a namespace
 /// selector on a Namespace, which selects by its own labels. When it does
 /// not, its answer and its errors stay the same however the object changes.
