@@ -236,8 +236,9 @@ impl<'de> DeserializeSeed<'de> for CheckedValue {
     }
 }
 
-/// The `visit_*` methods of a visitor that checks every value other than
-/// a string (and, unless `maps` is given, a map) and answers `$answer`.
+/// The `visit_*` methods of a visitor that checks every value but strings
+/// and answers `$answer`: maps too when `maps` is given (otherwise the
+/// visitor reads them itself).
 macro_rules! check_others {
     ($answer:expr) => {
         fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
