@@ -735,6 +735,19 @@ mod tests {
             old_object: true,
             object_gate: Some(&skip),
         };
+        // Nesting past the limit inside the object: too deep either way.
+        let deep = format!(
+            "{}{{\"a\":{}{}}}{}",
+            &text[..start],
+            "[".repeat(MAX_NESTING),
+            "]".repeat(MAX_NESTING),
+            &text[end..]
+        );
+        assert_eq!(decode(deep.as_bytes()).unwrap_err(), DecodeError::TooDeep);
+        assert_eq!(
+            decode_with(deep.as_bytes(), choice).unwrap_err(),
+            DecodeError::TooDeep
+        );
         let interesting = b"\"\\{}[],:0123456789eE.-+ubtnrfx \t\x01";
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = |n: usize| {
