@@ -84,19 +84,14 @@ impl ObjectPeek {
     /// An object with only those members: completing a request with it
     /// gives what completing it with the whole object gives.
     pub fn stand_in(&self) -> Value {
-        let text = |value: &Option<String>| value.clone().map(Value::String);
-        let mut metadata = Map::new();
-        for (key, value) in [("name", &self.name), ("namespace", &self.namespace)] {
-            if let Some(value) = text(value) {
-                metadata.insert(key.to_string(), value);
-            }
-        }
-        let mut object = Map::new();
-        for (key, value) in [("apiVersion", &self.api_version), ("kind", &self.kind)] {
-            if let Some(value) = text(value) {
-                object.insert(key.to_string(), value);
-            }
-        }
+        let strings = |members: [(&str, &Option<String>); 2]| -> Map<String, Value> {
+            members
+                .into_iter()
+                .filter_map(|(key, value)| Some((key.to_string(), Value::String(value.clone()?))))
+                .collect()
+        };
+        let mut object = strings([("apiVersion", &self.api_version), ("kind", &self.kind)]);
+        let metadata = strings([("name", &self.name), ("namespace", &self.namespace)]);
         object.insert("metadata".to_string(), Value::Object(metadata));
         Value::Object(object)
     }
@@ -134,26 +129,6 @@ pub const MEMBERS: &[&str] = &[
     "options",
 ];
 
-/// A member name: its index in [`MEMBERS`], or none for a member the
-/// request does not have (ignored, as Go's decoder ignores it).
-struct Field(Option<usize>);
-
-impl<'de> Deserialize<'de> for Field {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct FieldVisitor;
-        impl Visitor<'_> for FieldVisitor {
-            type Value = Field;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("field identifier")
-            }
-            fn visit_str<E: de::Error>(self, name: &str) -> Result<Field, E> {
-                Ok(Field(MEMBERS.iter().position(|f| *f == name)))
-            }
-        }
-        d.deserialize_identifier(FieldVisitor)
-    }
-}
-
 impl<'de> DeserializeSeed<'de> for RequestSeed<'_> {
     type Value = DecodedRequest;
 
@@ -176,7 +151,9 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
         };
         let mut skipped_object = None;
         let mut seen = 0u32;
-        while let Some(Field(index)) = map.next_key()? {
+        // A member the request does not have is ignored, as Go's decoder
+        // ignores it.
+        while let Some(index) = member_of(&mut map, MEMBERS)? {
             let Some(index) = index else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
