@@ -118,7 +118,7 @@ pub const INTERRUPTED: &str = "operation interrupted";
 
 /// While it lives, evaluations on this thread stop once its deadline has
 /// passed (cel-go's `InterruptCheckFrequency` with a request context): the
-/// clock is read every [`INTERRUPT_CHECK_EVERY`] charges, and from then on
+/// clock is read every `INTERRUPT_CHECK_EVERY` charges, and from then on
 /// every charge fails with [`INTERRUPTED`].
 #[derive(Debug)]
 pub struct Interrupt {

@@ -8,7 +8,7 @@
 //! after it was due is counted as late, so a server (or generator) that
 //! cannot keep up shows there rather than hiding in the percentiles.
 //! Requests are sent when due to within the kernel's timer precision
-//! ([`DueTimer`]), not on tokio's millisecond ticks, which would release
+//! (`DueTimer`), not on tokio's millisecond ticks, which would release
 //! the requests due within each millisecond together, in a burst.
 
 use super::client::{Client, RawHttp1Connection, RawHttp2Connection, Response};

@@ -20,7 +20,7 @@
 //! therefore reaches its receiver through the one dynamically dispatched
 //! capability that can return a value of the receiver's lifetime,
 //! [`Indexer::get`]: it indexes the receiver with a private, `'static`
-//! [`Operation`] key (`group('apps')`, `check('get')`, ...), which no
+//! `Operation` key (`group('apps')`, `check('get')`, ...), which no
 //! expression can write, and the receiver answers with the next builder or
 //! the decision. Indexing with anything else (`authorizer.foo`) is an error,
 //! as upstream's `undefined field`. A [`Decision`](DecisionValue) borrows
