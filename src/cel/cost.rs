@@ -82,7 +82,8 @@ const REGEX_STRING_LENGTH: f64 = 0.25;
 
 /// `(n, x)`: charges `n`, returns `x`.
 const CHARGE_FN: &str = "!@0kcost";
-/// `(code, x)`: charges the call `code` names, from `x` and the remembered size.
+/// `(code, x)`: charges the call `code` names, from `x` and the remembered
+/// size (or the size of a string literal, which `code` carries).
 pub(crate) const DYN_FN: &str = "!@1kcost_call";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
 pub(crate) const SIZE_FN: &str = "!@2kcost_size";
@@ -326,7 +327,14 @@ fn size_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
 fn dyn_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let x = args.pop().expect("two arguments");
     let (kind, slot) = decode(int_arg(&args[0]));
-    let other = if kind.remembers() {
+    let other = if kind.remembers() && slot & STATIC_OTHER != 0 {
+        Some(Size {
+            tag: Tag::String,
+            size: u64::from(slot & !STATIC_OTHER),
+            values: 0,
+            int: None,
+        })
+    } else if kind.remembers() {
         SIZES.with(|s| {
             let mut s = s.borrow_mut();
             // Entries above ours were left by operands whose evaluation
@@ -644,6 +652,29 @@ impl Kind {
 
 fn encode(kind: Kind, slot: u32) -> i64 {
     ((kind as i64) << 32) | i64::from(slot)
+}
+
+/// Set in the low half of a [`DYN_FN`] code whose remembered operand is a
+/// string literal: the rest of the low half is its size (code points), known
+/// when the expression is compiled, in place of a slot to look it up.
+const STATIC_OTHER: u32 = 1 << 31;
+
+/// The code of a [`DYN_FN`] call whose other operand is a string literal of
+/// `chars` code points, or `None` when the size does not fit the code.
+fn encode_static(kind: Kind, chars: u64) -> Option<i64> {
+    let chars = u32::try_from(chars)
+        .ok()
+        .filter(|c| c & STATIC_OTHER == 0)?;
+    Some(encode(kind, STATIC_OTHER | chars))
+}
+
+/// The size of a string literal operand, for [`encode_static`]: what
+/// `Size::of` gives the literal's value when it is evaluated.
+fn string_literal_chars(e: &IdedExpr) -> Option<u64> {
+    match literal_size(e) {
+        Some((Tag::String, chars)) => Some(chars),
+        _ => None,
+    }
 }
 
 fn decode(code: u64) -> (Kind, u32) {
@@ -1251,11 +1282,22 @@ impl Instrumenter<'_> {
                 _ => None,
             };
             if let Some(kind) = on_target {
-                if kind.remembers() && arity > 0 {
+                // A literal argument's size is known now: the target's
+                // wrapper carries it, and the argument is left unwrapped.
+                let known = match (kind.remembers() && arity > 0)
+                    .then(|| string_literal_chars(&call.args[0]))
+                {
+                    Some(Some(chars)) => encode_static(kind, chars),
+                    _ => None,
+                };
+                if known.is_none() && kind.remembers() && arity > 0 {
                     self.wrap(&mut call.args[0], SIZE_FN, encode(kind, slot));
                 }
                 if let Some(t) = call.target.as_deref_mut() {
-                    self.charge_on(t, kind, slot);
+                    match known {
+                        Some(code) => self.wrap(t, DYN_FN, code),
+                        None => self.charge_on(t, kind, slot),
+                    }
                 }
                 return cost - 1;
             }
@@ -1325,7 +1367,8 @@ impl Instrumenter<'_> {
     }
 
     /// Wraps argument `first` to remember its size and argument `second`
-    /// (evaluated after it) to charge the call `kind`.
+    /// (evaluated after it) to charge the call `kind`; a string literal
+    /// `first` is not wrapped, its size going into `second`'s code.
     fn remember_and_charge(
         &mut self,
         call: &mut CallExpr,
@@ -1334,6 +1377,14 @@ impl Instrumenter<'_> {
         kind: Kind,
         slot: u32,
     ) {
+        // A string literal's size is known now: `second`'s wrapper carries
+        // it, and `first` is left unwrapped.
+        if let Some(code) =
+            string_literal_chars(&call.args[first]).and_then(|chars| encode_static(kind, chars))
+        {
+            self.wrap(&mut call.args[second], DYN_FN, code);
+            return;
+        }
         self.wrap(&mut call.args[first], SIZE_FN, encode(kind, slot));
         self.wrap(&mut call.args[second], DYN_FN, encode(kind, slot));
     }
@@ -1458,6 +1509,25 @@ mod tests {
         // matches: ceil(101 * 0.1) * ceil(4 * 0.25)
         assert_eq!(cost_of(&format!("'{s}'.matches('a+b*')")).unwrap(), 11);
         assert_eq!(cost_of("'abc' in ['a', 'abc']").unwrap(), 2);
+    }
+
+    // A string literal operand's size goes into the charge when the
+    // expression is compiled: it is counted in code points, as cel-go's
+    // `actualSize` counts a string, not in bytes.
+    #[test]
+    fn a_literal_operand_is_sized_in_code_points() {
+        let s = "a".repeat(100);
+        let ascii = "b".repeat(30);
+        let accented = "é".repeat(30);
+        for src in [
+            format!("'{s}'.contains('X')"),
+            format!("'X' + '{s}'"),
+            format!("'{s}'.matches('X')"),
+        ] {
+            let with = |lit: &str| cost_of(&src.replace('X', lit)).unwrap();
+            assert_eq!(with(&ascii), with(&accented), "{src}");
+            assert_ne!(with(&ascii), with(&"b".repeat(60)), "{src}");
+        }
     }
 
     // How fast a runaway stops is a benchmark figure (kmutate bench on
