@@ -33,6 +33,8 @@ for _ in $(seq 200); do
     [ -s "$tls/ca.crt" ] && curl -skf "https://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
     sleep 0.05
 done
+curl -skf "https://127.0.0.1:$port/readyz" >/dev/null 2>&1 ||
+    { echo "the server did not become ready on 127.0.0.1:$port" >&2; exit 1; }
 
 # Fields 14 and 15 of /proc/PID/stat: user and system ticks.
 task_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
@@ -45,12 +47,16 @@ generator=$!
 sleep "$warmup.05"
 read -r su0 ss0 < <(task_ticks $server)
 read -r mu0 ms0 mq0 mi0 < <(machine_ticks)
-wait $generator
+if ! wait $generator; then
+    cat "$out" >&2
+    exit 1
+fi
 read -r su1 ss1 < <(task_ticks $server)
 read -r mu1 ms1 mq1 mi1 < <(machine_ticks)
 
 cat "$out"
-requests=$(grep -oP 'requests:\s+\K[0-9]+' "$out")
+requests=$(grep -oP 'requests:\s+\K[0-9]+' "$out" || echo 0)
+[ "$requests" -gt 0 ] || { echo "no request was answered" >&2; exit 1; }
 tick_ms=$(awk "BEGIN {print 1000 / $(getconf CLK_TCK)}")
 per() { awk "BEGIN {printf \"%.4f\", ($1) * $tick_ms / $requests}"; }
 echo "server CPU:  $(per "$su1 - $su0") ms user, $(per "$ss1 - $ss0") ms system a request"
