@@ -327,14 +327,16 @@ fn size_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
 fn dyn_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let x = args.pop().expect("two arguments");
     let (kind, slot) = decode(int_arg(&args[0]));
-    let other = if kind.remembers() && slot & STATIC_OTHER != 0 {
+    let other = if !kind.remembers() {
+        None
+    } else if slot & STATIC_OTHER != 0 {
         Some(Size {
             tag: Tag::String,
             size: u64::from(slot & !STATIC_OTHER),
             values: 0,
             int: None,
         })
-    } else if kind.remembers() {
+    } else {
         SIZES.with(|s| {
             let mut s = s.borrow_mut();
             // Entries above ours were left by operands whose evaluation
@@ -344,8 +346,6 @@ fn dyn_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execu
             s.truncate(at);
             Some(size)
         })
-    } else {
-        None
     };
     let cost = call_cost(kind, x.as_ref(), other)?;
     charge(cost)?;
@@ -659,22 +659,17 @@ fn encode(kind: Kind, slot: u32) -> i64 {
 /// when the expression is compiled, in place of a slot to look it up.
 const STATIC_OTHER: u32 = 1 << 31;
 
-/// The code of a [`DYN_FN`] call whose other operand is a string literal of
-/// `chars` code points, or `None` when the size does not fit the code.
-fn encode_static(kind: Kind, chars: u64) -> Option<i64> {
+/// The code of a [`DYN_FN`] call whose remembered operand `e` is a string
+/// literal, carrying its size (code points, what `Size::of` gives its value);
+/// `None` for any other operand, or a size that does not fit the code.
+fn encode_static(kind: Kind, e: &IdedExpr) -> Option<i64> {
+    let Some((Tag::String, chars)) = literal_size(e) else {
+        return None;
+    };
     let chars = u32::try_from(chars)
         .ok()
         .filter(|c| c & STATIC_OTHER == 0)?;
     Some(encode(kind, STATIC_OTHER | chars))
-}
-
-/// The size of a string literal operand, for [`encode_static`]: what
-/// `Size::of` gives the literal's value when it is evaluated.
-fn string_literal_chars(e: &IdedExpr) -> Option<u64> {
-    match literal_size(e) {
-        Some((Tag::String, chars)) => Some(chars),
-        _ => None,
-    }
 }
 
 fn decode(code: u64) -> (Kind, u32) {
@@ -1282,22 +1277,13 @@ impl Instrumenter<'_> {
                 _ => None,
             };
             if let Some(kind) = on_target {
-                // A literal argument's size is known now: the target's
-                // wrapper carries it, and the argument is left unwrapped.
-                let known = match (kind.remembers() && arity > 0)
-                    .then(|| string_literal_chars(&call.args[0]))
-                {
-                    Some(Some(chars)) => encode_static(kind, chars),
-                    _ => None,
+                let code = if kind.remembers() && arity > 0 {
+                    self.remember(&mut call.args[0], kind, slot)
+                } else {
+                    encode(kind, slot)
                 };
-                if known.is_none() && kind.remembers() && arity > 0 {
-                    self.wrap(&mut call.args[0], SIZE_FN, encode(kind, slot));
-                }
                 if let Some(t) = call.target.as_deref_mut() {
-                    match known {
-                        Some(code) => self.wrap(t, DYN_FN, code),
-                        None => self.charge_on(t, kind, slot),
-                    }
+                    self.wrap(t, DYN_FN, code);
                 }
                 return cost - 1;
             }
@@ -1366,9 +1352,20 @@ impl Instrumenter<'_> {
         self.wrap(e, DYN_FN, encode(kind, slot));
     }
 
+    /// Makes the size of `operand` known to the [`DYN_FN`] call charging
+    /// `kind`; returns that call's code. A string literal's size is known
+    /// now and goes into the code, the literal left unwrapped; any other
+    /// operand is wrapped to remember its size when it runs.
+    fn remember(&mut self, operand: &mut IdedExpr, kind: Kind, slot: u32) -> i64 {
+        if let Some(code) = encode_static(kind, operand) {
+            return code;
+        }
+        self.wrap(operand, SIZE_FN, encode(kind, slot));
+        encode(kind, slot)
+    }
+
     /// Wraps argument `first` to remember its size and argument `second`
-    /// (evaluated after it) to charge the call `kind`; a string literal
-    /// `first` is not wrapped, its size going into `second`'s code.
+    /// (evaluated after it) to charge the call `kind`.
     fn remember_and_charge(
         &mut self,
         call: &mut CallExpr,
@@ -1377,16 +1374,8 @@ impl Instrumenter<'_> {
         kind: Kind,
         slot: u32,
     ) {
-        // A string literal's size is known now: `second`'s wrapper carries
-        // it, and `first` is left unwrapped.
-        if let Some(code) =
-            string_literal_chars(&call.args[first]).and_then(|chars| encode_static(kind, chars))
-        {
-            self.wrap(&mut call.args[second], DYN_FN, code);
-            return;
-        }
-        self.wrap(&mut call.args[first], SIZE_FN, encode(kind, slot));
-        self.wrap(&mut call.args[second], DYN_FN, encode(kind, slot));
+        let code = self.remember(&mut call.args[first], kind, slot);
+        self.wrap(&mut call.args[second], DYN_FN, code);
     }
 }
 
