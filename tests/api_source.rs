@@ -1,7 +1,8 @@
 //! The Kubernetes API source of `kmutate serve`, against an in-process
 //! fake API server on 127.0.0.1 (`support::fake_api`): policies load
 //! (from admissionregistration.k8s.io or kmutate.dev), updates apply within
-//! a second, a broken policy is skipped while the others serve, an outage
+//! a second, a policy that does not compile fails each invocation under its
+//! failure policy while the others serve, an outage
 //! and a 410 Gone lose nothing, params resolve by name and by selector,
 //! Namespaces feed namespaceSelector and namespaceObject, and
 //! SubjectAccessReview answers reach `authorizer`. Every test is bounded
@@ -60,7 +61,7 @@ async fn warning_event(fake: &FakeApi, kind: &str, name: &str, needle: &str) {
 }
 
 #[test]
-fn policies_load_update_quickly_and_broken_ones_are_skipped() {
+fn policies_load_update_quickly_and_broken_ones_fail_under_their_failure_policy() {
     let dir = scratch("api_source", "load");
     run(Duration::from_secs(120), async {
         let (fake, p, b) = fake_with(V1).await;
@@ -92,19 +93,31 @@ fn policies_load_update_quickly_and_broken_ones_are_skipped() {
         println!("policy update to first effect: {times:?}");
         assert!(times[times.len() / 2] < Duration::from_secs(1), "{times:?}");
 
-        // A policy that does not compile and one the API would refuse are
-        // skipped, logged and counted; the others keep serving.
+        // A policy the API would refuse is skipped; one that does not
+        // compile is served as upstream serves it: every invocation fails
+        // under its failure policy (Fail, the default: denied with
+        // upstream's text). Both are logged and counted.
         put_labeller(&fake, &kinds, "broken", "'x' +");
         let (mut invalid, invalid_binding) =
             labelling_policy(V1, "invalid", "invalid", "'y'", None, None);
         invalid["spec"]["failurePolicy"] = json!("Sometimes");
         fake.put(&kinds.0, invalid);
         fake.put(&kinds.1, invalid_binding);
-        problems_mention(&server, &["\"broken\"", "skipped", "spec.mutations[0]"]).await;
+        problems_mention(
+            &server,
+            &["\"broken\"", "does not compile", "spec.mutations[0]"],
+        )
+        .await;
         problems_mention(&server, &["\"invalid\"", "skipped", "failurePolicy"]).await;
         let a = create_config_map(&mut conn, "default", "cm", "alice").await;
-        assert_eq!(a.labels, json!({"stage": "six", "team": "a"}), "{a:?}");
-        assert!(a.allowed);
+        assert!(!a.allowed, "{a:?}");
+        let message = a.response["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(
+                "policy 'broken' with binding 'broken' denied request: compilation failed: ERROR: <input>:1:"
+            ),
+            "{message}"
+        );
         let m = metrics_text(&server).await;
         assert!(metric(&m, "kmutate_policy_load_errors") >= 2.0, "{m}");
         // Built-in policies get a Warning Event naming the problem.
@@ -115,7 +128,23 @@ fn policies_load_update_quickly_and_broken_ones_are_skipped() {
             "spec.mutations[0]",
         )
         .await;
-        assert_eq!(metric(&m, "kmutate_policies_loaded"), 2.0, "{m}");
+        assert_eq!(metric(&m, "kmutate_policies_loaded"), 3.0, "{m}");
+        // Under failurePolicy Ignore the same policy admits, unmutated.
+        let (mut ignored, _) = labelling_policy(V1, "broken", "broken", "'x' +", None, None);
+        ignored["spec"]["failurePolicy"] = json!("Ignore");
+        fake.put(&kinds.0, ignored);
+        let mut admitted = None;
+        let started = Instant::now();
+        while admitted.is_none() && started.elapsed() < Duration::from_secs(30) {
+            let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+            if a.allowed {
+                admitted = Some(a);
+            } else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let a = admitted.expect("admitted under failurePolicy Ignore");
+        assert_eq!(a.labels, json!({"stage": "six", "team": "a"}), "{a:?}");
         // So does a binding the API would refuse (no policyName).
         let (_, mut unbound) = labelling_policy(V1, "unbound", "unbound", "'z'", None, None);
         unbound["spec"]
@@ -374,38 +403,66 @@ fn kmutate_dev_crds_serve_when_the_builtin_api_is_absent() {
         let mut conn = connect(&server).await;
         wait_labels(&mut conn, json!({"stage": "crd"})).await;
 
-        // kmutate.dev policies carry a Ready condition: False with the
-        // reason while broken (and skipped), True once fixed.
-        let ready = |fake: Arc<FakeApi>, p: Kind, status: &'static str| async move {
+        // kmutate.dev policies and bindings carry a Ready condition that
+        // says what is served.
+        let ready = |fake: Arc<FakeApi>, p: Kind, name: &'static str, reason: &'static str| async move {
             eventually(Duration::from_secs(30), || async {
-                let o = fake.object(&p, "", "stage")?;
+                let o = fake.object(&p, "", name)?;
                 let c = o["status"]["conditions"].as_array()?.first()?.clone();
                 (c["type"] == "Ready"
-                    && c["status"] == status
+                    && c["reason"] == reason
+                    && c["status"]
+                        == if reason == "Compiled" {
+                            "True"
+                        } else {
+                            "False"
+                        }
                     && o["status"]["observedGeneration"] == o["metadata"]["generation"])
                     .then_some(c)
             })
             .await
-            .unwrap_or_else(|| panic!("no Ready={status}: {:?}", fake.object(&p, "", "stage")))
+            .unwrap_or_else(|| panic!("no Ready {reason}: {:?}", fake.object(&p, "", name)))
             .0
         };
-        ready(fake.clone(), p.clone(), "True").await;
-        // Bindings too.
-        ready(fake.clone(), b.clone(), "True").await;
+        ready(fake.clone(), p.clone(), "stage", "Compiled").await;
+        ready(fake.clone(), b.clone(), "stage", "Compiled").await;
+        // A policy that does not compile is served, failing every invocation.
         let (mut broken, _) = labelling_policy(V1, "stage", "stage", "'crd' +", None, None);
         broken["apiVersion"] = json!("kmutate.dev/v1");
         fake.put(&p, broken);
-        let c = ready(fake.clone(), p.clone(), "False").await;
+        let c = ready(fake.clone(), p.clone(), "stage", "CompileError").await;
+        let message = c["message"].as_str().unwrap();
         assert!(
-            c["message"].as_str().unwrap().contains("spec.mutations[0]"),
+            message.contains("spec.mutations[0]")
+                && message.contains("served")
+                && message.contains("failurePolicy Fail"),
             "{c}"
         );
-        wait_labels(&mut conn, json!(null)).await;
+        let c = ready(fake.clone(), b.clone(), "stage", "PolicyCompileError").await;
+        assert!(c["message"].as_str().unwrap().contains("served"), "{c}");
+        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
+        assert!(!a.allowed, "{a:?}");
+        // A binding of a policy that never existed serves nothing.
+        let (_, mut orphan) = labelling_policy(V1, "orphan", "orphan", "'x'", None, None);
+        orphan["apiVersion"] = json!("kmutate.dev/v1");
+        orphan["spec"]["policyName"] = json!("never-created");
+        fake.put(&b, orphan);
+        let c = ready(fake.clone(), b.clone(), "orphan", "PolicyNotFound").await;
+        assert!(
+            c["message"].as_str().unwrap().contains("\"never-created\""),
+            "{c}"
+        );
+        // Fixed, both are ready again.
         let (mut fixed, _) = labelling_policy(V1, "stage", "stage", "'again'", None, None);
         fixed["apiVersion"] = json!("kmutate.dev/v1");
         fake.put(&p, fixed);
-        ready(fake.clone(), p.clone(), "True").await;
+        ready(fake.clone(), p.clone(), "stage", "Compiled").await;
+        ready(fake.clone(), b.clone(), "stage", "Compiled").await;
         wait_labels(&mut conn, json!({"stage": "again"})).await;
+        // The policy deleted, its binding says nothing is served.
+        fake.delete(&p, "", "stage");
+        ready(fake.clone(), b.clone(), "stage", "PolicyNotFound").await;
+        wait_labels(&mut conn, json!(null)).await;
         server.shutdown().await;
     });
 }

@@ -6,16 +6,18 @@
 //! (which relists after a 410 Gone and retries with backoff while the API
 //! server is unreachable; the stores keep their objects meanwhile).
 //!
-//! A policy that cannot be read or whose expressions do not compile is
-//! skipped, logged with its name and reason and counted among the load
-//! problems; the others serve. The source reports nothing until the
+//! A policy that cannot be read is skipped; one whose expressions do not
+//! compile is served as upstream serves it, every invocation failing under
+//! its failure policy. Both are logged with their name and reason, counted
+//! among the load problems and reported on the object (and on its
+//! bindings); the others serve. The source reports nothing until the
 //! policies, bindings, Namespaces and the params in use have been listed
 //! once, so `/readyz` turns ready only after the first full sync.
 
-use super::report::Reporter;
+use super::report::{Reason, Reporter, Verdict};
 use super::store::{text_at, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
-use crate::api::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
+use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, Policy, SourceRef};
 use crate::cel::CelEnvironment;
 use crate::dispatch::CompiledPolicy;
 use futures::StreamExt as _;
@@ -243,7 +245,9 @@ impl ApiSource {
     }
 
     /// Reads the policies and bindings (when they changed since the last
-    /// build), skipping those that cannot be read or compiled.
+    /// build), skipping those that cannot be read. A policy that does not
+    /// compile is kept, as upstream keeps it: each invocation fails under
+    /// its failure policy.
     fn policy_inputs(&self) -> (Arc<PolicyInputs>, BTreeSet<(String, String)>) {
         let generations = (self.policies.generation(), self.bindings.generation());
         let mut built = lock(&self.built);
@@ -251,20 +255,28 @@ impl ApiSource {
             return (b.inputs.clone(), b.param_kinds.clone());
         }
         let mut inputs = PolicyInputs::default();
+        // What each policy's bindings are told about it.
+        let mut states: HashMap<String, PolicyState> = HashMap::new();
         let mut verdicts = Verdicts::new(&self.verdicts, &self.reporter, POLICIES);
         for object in self.policies.objects() {
             let (name, _) = name_and_version(&object);
             let converted = policy_from_json(&as_admission(&object), source_of(POLICIES, &name));
-            let problems = verdicts.of(&object, || match &converted {
-                Ok(policy) => compile_problems(policy),
+            let verdict = verdicts.of(&object, "", || match &converted {
+                Ok(policy) => compile_verdict(policy),
                 Err(e) => {
                     tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
-                    vec![format!("policy {name:?} skipped: {e}")]
+                    Verdict::invalid(format!("policy {name:?} skipped: {e}"))
                 }
             });
-            match converted {
-                Ok(policy) if problems.is_empty() => inputs.policies.push(policy),
-                _ => inputs.problems.extend(problems),
+            inputs.problems.extend(verdict.problem.iter().cloned());
+            let state = match (&converted, verdict.reason) {
+                (Err(_), _) => PolicyState::Invalid,
+                (Ok(_), Reason::CompileError) => PolicyState::DoesNotCompile,
+                (Ok(_), _) => PolicyState::Compiled,
+            };
+            states.insert(name, state);
+            if let Ok(policy) = converted {
+                inputs.policies.push(policy);
             }
         }
         drop(verdicts);
@@ -272,16 +284,24 @@ impl ApiSource {
         for object in self.bindings.objects() {
             let (name, _) = name_and_version(&object);
             let converted = binding_from_json(&as_admission(&object), source_of(BINDINGS, &name));
-            let problems = verdicts.of(&object, || match &converted {
-                Ok(_) => Vec::new(),
+            let policy_name = converted
+                .as_ref()
+                .map(|b| b.policy_name.clone())
+                .unwrap_or_default();
+            let state = states
+                .get(&policy_name)
+                .copied()
+                .unwrap_or(PolicyState::Missing);
+            let verdict = verdicts.of(&object, state.key(), || match &converted {
+                Ok(_) => Verdict::binding_of(&policy_name, state.reason()),
                 Err(e) => {
                     tracing::warn!(binding = %name, reason = %e, "binding skipped: invalid");
-                    vec![format!("binding {name:?} skipped: {e}")]
+                    Verdict::invalid(format!("binding {name:?} skipped: {e}"))
                 }
             });
             match converted {
                 Ok(binding) => inputs.bindings.push(binding),
-                Err(_) => inputs.problems.extend(problems),
+                Err(_) => inputs.problems.extend(verdict.problem),
             }
         }
         drop(verdicts);
@@ -325,12 +345,13 @@ impl ApiSource {
     }
 }
 
-/// Verdicts by (name, generation): problems, empty when good.
-type VerdictMap = HashMap<(String, String), Vec<String>>;
+/// Verdicts by (name, generation and context).
+type VerdictMap = HashMap<(String, String), Verdict>;
 
 /// One pass over the policies (or bindings) of a build: each object's
-/// verdict is judged, and reported on the object, once per generation;
-/// verdicts of objects gone since the last pass are forgotten when it ends.
+/// verdict is judged, and reported on the object, once per generation (and
+/// context: a binding's verdict also depends on its policy's); verdicts of
+/// objects gone since the last pass are forgotten when it ends.
 struct Verdicts<'s> {
     known: std::sync::MutexGuard<'s, VerdictMap>,
     reporter: &'s Reporter,
@@ -348,18 +369,19 @@ impl<'s> Verdicts<'s> {
         }
     }
 
-    /// The problems of `object`: `judge`'s answer, asked only when this
-    /// generation of the object is new.
-    fn of(&mut self, object: &Value, judge: impl FnOnce() -> Vec<String>) -> Vec<String> {
-        let key = name_and_version(object);
+    /// The verdict on `object` in `context`: `judge`'s answer, asked only
+    /// when this generation of the object (or its context) is new.
+    fn of(&mut self, object: &Value, context: &str, judge: impl FnOnce() -> Verdict) -> Verdict {
+        let (name, version) = name_and_version(object);
+        let key = (name, format!("{version}/{context}"));
         self.seen.insert(key.clone());
-        if let Some(problems) = self.known.get(&key) {
-            return problems.clone();
+        if let Some(verdict) = self.known.get(&key) {
+            return verdict.clone();
         }
-        let problems = judge();
-        self.reporter.verdict(object, self.plural, &problems);
-        self.known.insert(key, problems.clone());
-        problems
+        let verdict = judge();
+        self.reporter.verdict(object, self.plural, &verdict);
+        self.known.insert(key, verdict.clone());
+        verdict
     }
 }
 
@@ -431,20 +453,69 @@ fn as_admission(object: &Value) -> Value {
     object
 }
 
-fn compile_problems(policy: &Policy) -> Vec<String> {
-    let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy.clone());
-    if !errors.is_empty() {
-        let reason = errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        tracing::warn!(policy = %policy.name, %reason, "policy skipped: does not compile");
+/// What a binding's policy is, as far as serving it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PolicyState {
+    /// Compiled: served.
+    Compiled,
+    /// Served, but every invocation fails under its failure policy.
+    DoesNotCompile,
+    /// Unreadable (the API would refuse it): not served.
+    Invalid,
+    /// No policy of that name: nothing served.
+    Missing,
+}
+
+impl PolicyState {
+    /// The reason a binding of a policy in this state reports.
+    fn reason(self) -> Reason {
+        match self {
+            PolicyState::Compiled => Reason::Compiled,
+            PolicyState::DoesNotCompile => Reason::PolicyCompileError,
+            PolicyState::Invalid => Reason::PolicyInvalid,
+            PolicyState::Missing => Reason::PolicyNotFound,
+        }
     }
-    errors
+
+    fn key(self) -> &'static str {
+        match self {
+            PolicyState::Compiled => "compiled",
+            PolicyState::DoesNotCompile => "does-not-compile",
+            PolicyState::Invalid => "invalid",
+            PolicyState::Missing => "missing",
+        }
+    }
+}
+
+/// A policy's compile verdict: compiled, or served with every invocation
+/// failing under its failure policy (upstream's `compilation failed` error).
+fn compile_verdict(policy: &Policy) -> Verdict {
+    let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy.clone());
+    if errors.is_empty() {
+        return Verdict::compiled();
+    }
+    let reason = errors
         .iter()
-        .map(|e| format!("policy {:?} skipped: {e}", policy.name))
-        .collect()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let failure = policy.failure_policy;
+    tracing::warn!(policy = %policy.name, %reason, failure_policy = ?failure,
+        "policy does not compile: served, every invocation fails under its failure policy");
+    Verdict::does_not_compile(format!(
+        "policy {:?} does not compile: served, and every invocation fails under \
+         failurePolicy {failure:?} ({}): {reason}",
+        policy.name,
+        failure_consequence(failure)
+    ))
+}
+
+/// What an invocation failing under `failure` does to the request.
+fn failure_consequence(failure: FailurePolicy) -> &'static str {
+    match failure {
+        FailurePolicy::Fail => "matching requests are denied",
+        FailurePolicy::Ignore => "matching requests are admitted unchanged",
+    }
 }
 
 /// The (apiVersion, kind) of the params some binding of a loaded policy uses.

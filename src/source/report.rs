@@ -1,7 +1,8 @@
-//! Telling a policy's author why kmutate skips it: a `Ready` status
-//! condition on kmutate.dev policies (their CRDs have a status
-//! subresource), a Warning Event on built-in admissionregistration.k8s.io
-//! ones (whose status kmutate does not own). Reports are sent in the
+//! Telling a policy's author what kmutate serves of it, and why: a `Ready`
+//! status condition on kmutate.dev policies and bindings (their CRDs have
+//! a status subresource), a Warning Event on built-in
+//! admissionregistration.k8s.io ones that are not ready (whose status
+//! kmutate does not own). Reports are sent in the
 //! background; a failure to send is logged at debug level and otherwise
 //! ignored, since the log line and the metric already carry the problem.
 
@@ -37,14 +38,112 @@ fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// The `Ready` condition for a verdict (`problems` empty: compiled).
-pub fn ready_condition(problems: &[String], generation: Option<i64>) -> Value {
-    let (status, reason, message) = if problems.is_empty() {
-        ("True", "Compiled", "kmutate serves the policy".to_string())
-    } else {
-        ("False", "Invalid", problems.join("; "))
-    };
-    let mut c = json!({"type": READY, "status": status, "reason": reason, "message": message,
+/// Why an object is (not) ready, the condition's `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Compiled and served.
+    Compiled,
+    /// The object cannot be read (the API would refuse it): not served.
+    Invalid,
+    /// The policy does not compile: served, each invocation failing under
+    /// its failure policy.
+    CompileError,
+    /// The binding's policy does not compile (served as above).
+    PolicyCompileError,
+    /// The binding's policy cannot be read: nothing served.
+    PolicyInvalid,
+    /// The binding's policy does not exist: nothing served.
+    PolicyNotFound,
+}
+
+impl Reason {
+    /// The condition's `reason` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Compiled => "Compiled",
+            Reason::Invalid => "Invalid",
+            Reason::CompileError => "CompileError",
+            Reason::PolicyCompileError => "PolicyCompileError",
+            Reason::PolicyInvalid => "PolicyInvalid",
+            Reason::PolicyNotFound => "PolicyNotFound",
+        }
+    }
+}
+
+/// What kmutate makes of one policy or binding: its `Ready` condition and
+/// the load problem it adds, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `Ready` is True.
+    pub ready: bool,
+    /// The condition's reason.
+    pub reason: Reason,
+    /// The condition's message: what kmutate serves, and why.
+    pub message: String,
+    /// The load problem (log line, metric) this object adds.
+    pub problem: Option<String>,
+}
+
+impl Verdict {
+    /// A compiled policy, served.
+    pub fn compiled() -> Verdict {
+        Verdict {
+            ready: true,
+            reason: Reason::Compiled,
+            message: "kmutate serves the policy".into(),
+            problem: None,
+        }
+    }
+
+    /// An object that cannot be read, not served; `problem` says why.
+    pub fn invalid(problem: String) -> Verdict {
+        Verdict {
+            ready: false,
+            reason: Reason::Invalid,
+            message: problem.clone(),
+            problem: Some(problem),
+        }
+    }
+
+    /// A policy that does not compile, served failing; `problem` says so.
+    pub fn does_not_compile(problem: String) -> Verdict {
+        Verdict {
+            ready: false,
+            reason: Reason::CompileError,
+            message: problem.clone(),
+            problem: Some(problem),
+        }
+    }
+
+    /// A readable binding of `policy`, whose verdict is `reason` (one of
+    /// the policy reasons; the load problem of a missing or unreadable
+    /// policy is counted once, by the compiler, not here).
+    pub fn binding_of(policy: &str, reason: Reason) -> Verdict {
+        let message = match reason {
+            Reason::Compiled => format!("kmutate serves policy {policy:?} with this binding"),
+            Reason::PolicyCompileError => format!(
+                "policy {policy:?} does not compile: served with this binding, and every \
+                 invocation fails under the policy's failurePolicy (see its condition)"
+            ),
+            Reason::PolicyInvalid => {
+                format!("policy {policy:?} is invalid and not served: this binding does nothing")
+            }
+            _ => format!("policy {policy:?} does not exist: this binding does nothing"),
+        };
+        Verdict {
+            ready: reason == Reason::Compiled,
+            reason,
+            message,
+            problem: None,
+        }
+    }
+}
+
+/// The `Ready` condition for a verdict.
+pub fn ready_condition(verdict: &Verdict, generation: Option<i64>) -> Value {
+    let status = if verdict.ready { "True" } else { "False" };
+    let mut c = json!({"type": READY, "status": status, "reason": verdict.reason.as_str(),
+        "message": verdict.message,
         "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()});
     if let Some(g) = generation {
         c["observedGeneration"] = json!(g);
@@ -74,8 +173,8 @@ impl Reporter {
     }
 
     /// Reports a policy's (or binding's) verdict: a status condition on a
-    /// kmutate.dev object, an Event for a problem of a built-in one.
-    pub fn verdict(&self, object: &Value, plural: &str, problems: &[String]) {
+    /// kmutate.dev object, an Event for a built-in one that is not ready.
+    pub fn verdict(&self, object: &Value, plural: &str, verdict: &Verdict) {
         let api_version = text(object, "/apiVersion").to_string();
         let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
         let kind = text(object, "/kind").to_string();
@@ -84,7 +183,7 @@ impl Reporter {
             let generation = object
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64);
-            let condition = ready_condition(problems, generation);
+            let condition = ready_condition(verdict, generation);
             if has_condition(object, &condition) {
                 return;
             }
@@ -105,7 +204,7 @@ impl Reporter {
                     tracing::debug!(policy = %name, error = %e, "setting the Ready condition failed");
                 }
             });
-        } else if !problems.is_empty() {
+        } else if !verdict.ready {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let event = json!({
                 "apiVersion": "v1", "kind": "Event",
@@ -113,8 +212,8 @@ impl Reporter {
                 "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,
                     "uid": text(object, "/metadata/uid"),
                     "resourceVersion": text(object, "/metadata/resourceVersion")},
-                "reason": "PolicySkipped",
-                "message": format!("kmutate skips this object: {}", problems.join("; ")),
+                "reason": verdict.reason.as_str(),
+                "message": format!("kmutate: {}", verdict.message),
                 "type": "Warning",
                 "source": {"component": "kmutate"},
                 "reportingComponent": "kmutate",
