@@ -187,7 +187,7 @@ const EDGES: &[&str] = &[
     "['labels', 'missing'].map(f, object.metadata[?f].hasValue())",
     "['name', 'spec'].map(f, [object.metadata].map(f, f.name))",
     "['template'].exists(t, object.spec[t].spec.containers.exists(c, c.image == 'busybox'))",
-    "cel.bind(n, object.metadata.name, object.spec.template.spec.containers.map(c, n + c.image))",
+    "[object.metadata.name].map(n, object.spec.template.spec.containers.map(c, n + c.image))",
     "object.spec.template.spec.containers.filter(c, c.name != 'x').map(c, c.image)",
     "object.spec.template.spec.containers.filter(c, c.?ports.hasValue()).map(c, {'n': c.name, 'p': c.ports})",
     "object.spec.template.spec.containers.filter(c, c.image.startsWith('n')).exists(c, c.name == 'app')",

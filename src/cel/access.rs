@@ -214,8 +214,7 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
         // 'initContainers'].map(f, object.spec[?f]...)`): the variable is one
         // of them in each iteration, so the body reads what it reads with
         // each literal written in the variable's place.
-        // The initial value and the result are outside the variable's scope
-        // (`cel.bind` is a comprehension over `[]` whose result is its body).
+        // The initial value and the result are outside the variable's scope.
         Expr::Comprehension(c)
             if c.iter_var2.is_none() && literal_strings(&c.iter_range).is_some() =>
         {
@@ -860,11 +859,6 @@ mod tests {
         assert_eq!(
             access("['containers', 'initContainers'].all(f, object.spec[f].all(c, c.image != '' && f != ''))"),
             spec(&[("containers", image()), ("initContainers", image())])
-        );
-        // `cel.bind` (a comprehension over `[]`): its body is read as before.
-        assert_eq!(
-            access("cel.bind(n, object.spec.containers.size(), object.spec.initContainers.map(c, c.image))"),
-            spec(&[("containers", items_only()), ("initContainers", image())])
         );
         // The variable bound again inside is not the literal there.
         assert_eq!(

@@ -291,14 +291,6 @@ impl Walker<'_> {
                 let keep = self.bound.len().saturating_sub(n);
                 self.bound.truncate(keep);
             }
-            Expr::Call(call) if is_bind(call) => {
-                self.visit(&call.args[1]);
-                if let Expr::Ident(n) = &call.args[0].expr {
-                    self.bound.push((n.clone(), None));
-                    self.visit(&call.args[2]);
-                    self.bound.pop();
-                }
-            }
             _ => super::for_each_child(e, &mut |c| self.visit(c)),
         }
     }
@@ -555,13 +547,6 @@ fn is_two_variable_macro(name: &str, args: usize) -> bool {
     }
 }
 
-/// `cel.bind(name, init, body)`.
-fn is_bind(call: &cel::common::ast::CallExpr) -> bool {
-    call.func_name == "bind"
-        && call.args.len() == 3
-        && matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -720,7 +705,7 @@ mod tests {
             "object.metadata.labels.all(k, k.foo == 'x')",
             "object.spec.template.spec.containers.all(i, c, c.imagez != '')",
             "[1].all(object, object.foo == 1)",
-            "cel.bind(object, {'a': 1}, object.a == 1)",
+            "[{'a': 1}].exists(object, object.a == 1)",
             "params.spec.replicaz == 1",
             "variables.spec.replicaz == 1",
         ] {

@@ -53,9 +53,7 @@ pub fn rewrite(expr: &mut IdedExpr, next_id: &mut u64) -> Result<(), String> {
             });
         }
         Expr::Call(call) if call.target.is_some() => {
-            if let Some(new) = cel_bind(call, next_id)? {
-                expr.expr = new;
-            } else if let Some(new) = two_var_comprehension(call, next_id)? {
+            if let Some(new) = two_var_comprehension(call, next_id)? {
                 expr.expr = new;
             }
         }
@@ -163,36 +161,6 @@ fn bool_lit(next_id: &mut u64, b: bool) -> IdedExpr {
 
 fn int_lit(next_id: &mut u64, i: i64) -> IdedExpr {
     new_expr(next_id, Expr::Literal(LiteralValue::Int(CelInt::from(i))))
-}
-
-/// cel-go's `ext.Bindings()` macro, which Kubernetes enables:
-/// `cel.bind(name, init, body)` evaluates `body` with `name` bound to `init`,
-/// as a comprehension over no elements whose accumulator is the binding.
-fn cel_bind(call: &mut CallExpr, next_id: &mut u64) -> Result<Option<Expr>, String> {
-    let is_cel =
-        matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel");
-    if call.func_name != "bind" || !is_cel || call.args.len() != 3 {
-        return Ok(None);
-    }
-    let Expr::Ident(name) = &call.args[0].expr else {
-        return Err("cel.bind() variable name must be a simple identifier".into());
-    };
-    let name = name.clone();
-    let body = call.args.pop().unwrap_or_default();
-    let init = call.args.pop().unwrap_or_default();
-    let iter_range = new_expr(next_id, Expr::List(ListExpr::new(vec![])));
-    let loop_cond = bool_lit(next_id, false);
-    let loop_step = ident(next_id, &name);
-    Ok(Some(Expr::Comprehension(Box::new(ComprehensionExpr {
-        iter_range,
-        iter_var: "#unused".to_string(),
-        iter_var2: None,
-        accu_var: name,
-        accu_init: init,
-        loop_cond,
-        loop_step,
-        result: body,
-    }))))
 }
 
 /// Rewrites `range.f(k, v, ...)` for the two-variable forms; `None` for any other call.

@@ -141,22 +141,26 @@ impl<'a> Activation<'a> {
     fn variable(&self, index: usize) -> Result<&(dyn Val + 'static), ExecutionError> {
         let cell = self.cells[index].get_or_init(|| {
             let var = &self.variables[index];
-            let result = match &var.expression {
-                Err(e) => Err(e.clone()),
+            match &var.expression {
+                // Upstream's composition environment: a variable that does
+                // not compile fails whoever reads it, and only them.
+                Err(e) => Err(format!(
+                    "composited variable \"{}\" fails to compile: {e}",
+                    var.name
+                )),
                 Ok(expr) => {
                     // Upstream reports a variable's cost, failed or not, to
                     // the expression that evaluated it.
                     let (result, cost) = self.run(expr, to_static);
                     self.variables_cost.fetch_add(cost, Relaxed);
-                    result.and_then(|r| r)
+                    result.and_then(|r| r).map_err(|cause| {
+                        format!(
+                            "composited variable \"{}\" fails to evaluate: {}",
+                            var.name, cause
+                        )
+                    })
                 }
-            };
-            result.map_err(|cause| {
-                format!(
-                    "composited variable \"{}\" fails to evaluate: {}",
-                    var.name, cause
-                )
-            })
+            }
         });
         match cell {
             Ok(v) => Ok(v.as_ref()),

@@ -149,7 +149,7 @@ impl CompiledPolicy {
         // Upstream compiles variables and match conditions without the patch
         // types, mutations with them (compilation.go, `HasPatchTypes`); each
         // variable sees the ones before it, the rest see them all.
-        let mut declared = DeclaredVariables::default();
+        let mut declared = DeclaredVariables::for_policy(policy.param_kind.is_some());
         let mut compile = |field: String, source: &str, declared: &DeclaredVariables| {
             let is_mutation = field.starts_with("spec.mutations");
             let compiled = env.compile_in_policy(source, is_mutation, declared);
@@ -916,7 +916,8 @@ impl PolicySet {
                 let mut false_condition = "";
                 for (name, cond) in &compiled.match_conditions {
                     let result = match cond {
-                        Err(e) => Err(e.clone()),
+                        // Upstream's condition filter words it so.
+                        Err(e) => Err(format!("compilation error: {e}")),
                         Ok(expr) => act
                             .evaluate(expr, |v| v.downcast_ref::<CelBool>().map(|b| *b.inner()))
                             .map_err(|e| {

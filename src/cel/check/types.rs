@@ -309,6 +309,11 @@ impl Scope {
         self.bound.push((name.to_string(), ty));
     }
 
+    /// Whether a comprehension around the expression binds `name`.
+    pub(super) fn binds(&self, name: &str) -> bool {
+        self.bound.iter().any(|(n, _)| n == name)
+    }
+
     /// Unbinds the last `n` names.
     pub(super) fn pop(&mut self, n: usize) {
         let keep = self.bound.len().saturating_sub(n);
@@ -418,21 +423,7 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
             let args: Vec<Ty> = call.args.iter().map(|a| type_of(a, scope)).collect();
             call_type(&call.func_name, target.as_ref(), &args)
         }
-        Expr::Comprehension(c) => {
-            // `cel.bind(x, init, body)`, as `rewrite` writes it: the
-            // accumulator is the binding, the result the body.
-            let is_bind = matches!(&c.iter_range.expr, Expr::List(l) if l.elements.is_empty())
-                && matches!(&c.loop_step.expr, Expr::Ident(n) if *n == c.accu_var);
-            if !is_bind {
-                return Ty::Unknown;
-            }
-            let init = type_of(&c.accu_init, scope);
-            scope.push(&c.accu_var, init);
-            let body = type_of(&c.result, scope);
-            scope.pop(1);
-            body
-        }
-        Expr::Struct(_) | Expr::Unspecified => Ty::Unknown,
+        Expr::Comprehension(_) | Expr::Struct(_) | Expr::Unspecified => Ty::Unknown,
     }
 }
 
