@@ -1082,3 +1082,208 @@ fn the_load_generator_drives_the_server_over_http1_and_http2() {
         assert!((1..=101).contains(&report.ok), "{report}");
     });
 }
+
+/// Writes `bytes` to `stream` one at a time, `every` apart, until the server
+/// closes the connection (or, all written, for good); returns how long after
+/// `since` the server closed it, and what it had answered.
+async fn dribble(
+    stream: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    bytes: &[u8],
+    every: Duration,
+    since: Instant,
+) -> (Duration, Vec<u8>) {
+    use tokio::io::AsyncWriteExt as _;
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let bytes = bytes.to_vec();
+    let writing = tokio::spawn(async move {
+        for b in bytes {
+            if writer.write_all(&[b]).await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(every).await;
+        }
+        // Kept open until the server closes it.
+        std::future::pending::<()>().await;
+    });
+    let (answer, _) = support::read_until_closed(&mut reader).await;
+    let closed = since.elapsed();
+    writing.abort();
+    (closed, answer)
+}
+
+/// A request head that never ends (no empty line).
+const ENDLESS_HEAD: &[u8] = b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n\
+    content-type: application/json\r\ncontent-length: 2\r\nuser-agent: kube-apiserver-admission\r\n";
+
+#[test]
+fn a_head_sent_slowly_is_cut_at_the_header_read_timeout() {
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    const BYTE_EVERY: Duration = Duration::from_millis(50);
+    let dir = scratch("header-read-timeout");
+    run(Duration::from_secs(30), async {
+        let server = started(ServeConfig {
+            header_read_timeout: TIMEOUT,
+            idle_timeout: Duration::from_secs(30),
+            ..config(&dir, vec![fixture("policies")], vec![fixture("bindings")])
+        })
+        .await;
+        // Closed no sooner than the timeout, and well before a timer
+        // restarted by each byte (or the 60 s of before) would close it.
+        let in_time = TIMEOUT..3 * TIMEOUT;
+
+        // A new connection's first head, a byte every 50 ms: the timeout
+        // counts from the connection's start, for the head in all.
+        let stream = support::tls_stream(&server, &[b"http/1.1"]).await;
+        let (closed, answer) = dribble(stream, ENDLESS_HEAD, BYTE_EVERY, Instant::now()).await;
+        assert!(in_time.contains(&closed), "closed after {closed:?}");
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+
+        // A later head on a keep-alive connection: from its first byte, not
+        // from the end of the request before (the connection idles past
+        // the header-read timeout first, as the idle timeout allows).
+        let mut stream = support::tls_stream(&server, &[b"http/1.1"]).await;
+        {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = Vec::new();
+            while !answer.ends_with(b"\r\n\r\nok\n") {
+                let mut buf = [0u8; 1024];
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before answering");
+                answer.extend_from_slice(&buf[..n]);
+            }
+            assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        }
+        tokio::time::sleep(TIMEOUT + Duration::from_millis(300)).await;
+        let (closed, answer) = dribble(stream, ENDLESS_HEAD, BYTE_EVERY, Instant::now()).await;
+        assert!(in_time.contains(&closed), "closed after {closed:?}");
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+
+        // A connection that sends nothing at all, offering no ALPN protocol
+        // (the server would tell HTTP/2 from HTTP/1.1 by its first bytes),
+        // and one that offers h2 and sends nothing (not even the preface).
+        for alpn in [&[][..], &[&b"h2"[..]][..]] {
+            let stream = support::tls_stream(&server, alpn).await;
+            let (closed, answer) = dribble(stream, b"", BYTE_EVERY, Instant::now()).await;
+            assert!(
+                in_time.contains(&closed),
+                "{alpn:?}: closed after {closed:?}"
+            );
+            assert!(answer.is_empty());
+        }
+
+        // Heads sent whole are served as before.
+        let mut conn = connect(&server).await;
+        assert_eq!(conn.get("/healthz").await.unwrap().status, 200);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn an_idle_connection_is_closed_at_the_idle_timeout_and_a_busy_one_is_not() {
+    const IDLE: Duration = Duration::from_secs(1);
+    let dir = scratch("idle-timeout");
+    run(Duration::from_secs(30), async {
+        let server = started(ServeConfig {
+            idle_timeout: IDLE,
+            ..config(&dir, vec![fixture("policies")], vec![fixture("bindings")])
+        })
+        .await;
+        for http2 in [false, true] {
+            let mut idle = client(&server, http2).connect().await.unwrap();
+            let mut busy = client(&server, http2).connect().await.unwrap();
+            assert_eq!(busy.get("/healthz").await.unwrap().status, 200);
+            let since = Instant::now();
+            assert_eq!(idle.get("/healthz").await.unwrap().status, 200);
+            // The busy connection sends a request every 300 ms for 2.5 idle
+            // timeouts; the idle one sends none.
+            let mut closed = None;
+            let mut last_request = Instant::now();
+            while since.elapsed() < IDLE * 5 / 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                if closed.is_none() && !idle.is_open() {
+                    closed = Some(since.elapsed());
+                }
+                if last_request.elapsed() >= Duration::from_millis(300) {
+                    let r = busy.get("/healthz").await.unwrap();
+                    assert_eq!(r.status, 200, "http2 {http2}");
+                    last_request = Instant::now();
+                }
+            }
+            let closed = closed.unwrap_or_else(|| panic!("http2 {http2}: idle connection open"));
+            assert!(
+                (IDLE..2 * IDLE).contains(&closed),
+                "http2 {http2}: idle connection closed after {closed:?}"
+            );
+            assert!(busy.is_open(), "http2 {http2}: busy connection closed");
+            assert_eq!(busy.get("/healthz").await.unwrap().status, 200);
+            assert!(idle.get("/healthz").await.is_err());
+        }
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn mutate_takes_application_json_only() {
+    let dir = scratch("content-type");
+    run(Duration::from_secs(30), async {
+        let server = started_on_fixture(&dir).await;
+        let body = review(
+            "admission.k8s.io/v1",
+            deployment_request("ct-1", &example_deployment()),
+        );
+        let post = |content_type: Option<&str>| {
+            let mut request = format!(
+                "POST /mutate HTTP/1.1\r\nhost: localhost\r\n{}content-length: {}\r\n\r\n",
+                content_type.map_or(String::new(), |c| format!("content-type: {c}\r\n")),
+                body.len()
+            )
+            .into_bytes();
+            request.extend_from_slice(&body);
+            request
+        };
+        let client = client(&server, false);
+        for (content_type, status, message) in [
+            (
+                Some("text/plain"),
+                415,
+                r#"unsupported Content-Type "text/plain": expected "application/json""#,
+            ),
+            (
+                Some("application/json-patch+json"),
+                415,
+                r#"unsupported Content-Type "application/json-patch+json": expected "application/json""#,
+            ),
+            (
+                None,
+                415,
+                r#"missing Content-Type: expected "application/json""#,
+            ),
+            (Some("application/json; charset=utf-8"), 200, ""),
+            (Some("Application/JSON;charset=UTF-8"), 200, ""),
+        ] {
+            let mut raw = client.connect_raw().await.unwrap();
+            let r = raw.send(&post(content_type)).await.unwrap();
+            assert_eq!(r.status, status, "{content_type:?}: {}", r.text());
+            if status == 415 {
+                assert_eq!(r.text(), format!("{message}\n"), "{content_type:?}");
+            } else {
+                let response = response(&r.json().unwrap(), "admission.k8s.io/v1", "ct-1");
+                assert!(decoded_patch(&response).is_some(), "{content_type:?}");
+            }
+        }
+        let m = metrics_text(&server).await;
+        assert_eq!(
+            metric(
+                &m,
+                "kmutate_webhook_requests_total{operation=\"\",resource=\"\",result=\"invalid\"}"
+            ),
+            3.0,
+            "{m}"
+        );
+        server.shutdown().await;
+    });
+}

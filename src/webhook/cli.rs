@@ -82,6 +82,18 @@ pub struct ServeArgs {
     /// Longest time a shutdown (SIGTERM, SIGINT) waits for in-flight requests.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// Longest time a request's head (request line and headers) may take to
+    /// arrive, in all, not restarted by each byte: from the connection's
+    /// start for its first request, from its first byte for a later one.
+    /// Past it the connection is closed unanswered. 0: no limit.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Longest time a connection stays open with no request in flight; past
+    /// it the connection is closed gracefully (HTTP/1.1: closed; HTTP/2:
+    /// GOAWAY). 90s is Go's default, as kube-apiserver's client uses. 0: no
+    /// limit.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
     /// Decisions for the CEL `authorizer` checks (the list format of
     /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
     /// every check is denied, or with --source api|both asked of the API
@@ -230,6 +242,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         client_ca: args.client_ca.clone(),
         timeout: args.timeout,
         drain_timeout: args.drain_timeout,
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
     };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -342,4 +356,41 @@ pub fn loadtest_cmd(args: LoadtestArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn serve_timeouts_default_as_the_server_does() {
+        let defaults = ServeConfig::new();
+        let args = Serve::parse_from(["serve"]).args;
+        assert_eq!(args.timeout, defaults.timeout);
+        assert_eq!(args.drain_timeout, defaults.drain_timeout);
+        assert_eq!(args.header_read_timeout, defaults.header_read_timeout);
+        assert_eq!(
+            args.header_read_timeout,
+            server::DEFAULT_HEADER_READ_TIMEOUT
+        );
+        assert_eq!(args.idle_timeout, defaults.idle_timeout);
+        assert_eq!(args.idle_timeout, server::DEFAULT_IDLE_TIMEOUT);
+        let args = Serve::parse_from([
+            "serve",
+            "--header-read-timeout",
+            "2s",
+            "--idle-timeout",
+            "0",
+        ])
+        .args;
+        assert_eq!(args.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(args.idle_timeout, Duration::ZERO);
+    }
 }

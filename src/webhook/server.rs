@@ -2,6 +2,24 @@
 //! `POST /mutate`, `GET /healthz` and `GET /readyz`, a plain-HTTP metrics
 //! listener with `GET /metrics`, per-request timeouts and panic isolation,
 //! and draining on shutdown.
+//!
+//! Connection hygiene, on both listeners (kept by `drive`, in each
+//! connection's task):
+//!
+//! - the head of a request must arrive whole within the header-read timeout
+//!   (`--header-read-timeout`, 5 s), counted from the connection's start for
+//!   its first request (so an HTTP/2 connection's preface and first HEADERS
+//!   too) and from the first byte of each later HTTP/1.1 request; past it
+//!   the connection is closed, without an answer (as Go's and hyper's
+//!   servers do). The time is the head's total, not restarted per byte;
+//! - a connection with no request in flight for the idle timeout
+//!   (`--idle-timeout`, 90 s, Go's default) is closed gracefully: HTTP/1.1
+//!   closes it, HTTP/2 sends GOAWAY. HTTP/2 PINGs and other frames do not
+//!   keep a connection open, requests do.
+//!
+//! `POST /mutate` takes `Content-Type: application/json` only (parameters
+//! such as `; charset=utf-8` allowed, any case), as kube-apiserver sends it;
+//! another Content-Type, or none, is answered 415.
 
 use super::engine::{DecodedBody, Engine, EngineSources};
 use super::metrics::{ErrorType, Metrics, RequestResult};
@@ -24,15 +42,18 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::cell::RefCell;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -52,9 +73,17 @@ pub const READYZ_PATH: &str = "/readyz";
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long an HTTP/1 connection may take to send a request's headers
-/// (idle keep-alive connections included).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default of `--header-read-timeout`: how long a request's head may
+/// take to arrive, in all.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default of `--idle-timeout`: how long a connection may stay open with
+/// no request in flight (Go's `http.Server` and kube-apiserver's clients use
+/// 90 s).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The only media type `POST /mutate` takes.
+const JSON: &str = "application/json";
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]
@@ -94,6 +123,13 @@ pub struct ServeConfig {
     pub timeout: Duration,
     /// Longest time shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// Longest time a request's head (request line and headers) may take to
+    /// arrive, in all; past it the connection is closed. Zero: no limit.
+    pub header_read_timeout: Duration,
+    /// Longest time a connection stays open with no request in flight; past
+    /// it the connection is closed gracefully (HTTP/2: GOAWAY). Zero: no
+    /// limit.
+    pub idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -106,6 +142,9 @@ impl std::fmt::Debug for ServeConfig {
             .field("tls", &self.tls)
             .field("client_ca", &self.client_ca)
             .field("timeout", &self.timeout)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
@@ -113,8 +152,8 @@ impl std::fmt::Debug for ServeConfig {
 impl ServeConfig {
     /// The defaults of `kmutate serve`: `./policies`, `./bindings`,
     /// `0.0.0.0:8443`, metrics on `0.0.0.0:9090`, a self-signed certificate
-    /// in a fresh temporary folder, a 10 s timeout, CEL authorizer checks
-    /// denied.
+    /// in a fresh temporary folder, a 10 s timeout, a 5 s header-read
+    /// timeout, a 90 s idle timeout, CEL authorizer checks denied.
     pub fn new() -> ServeConfig {
         ServeConfig {
             sources: EngineSources {
@@ -134,6 +173,8 @@ impl ServeConfig {
             client_ca: None,
             timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(15),
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -230,15 +271,17 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
     .await?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let limits = Limits::new(config.header_read_timeout, config.idle_timeout);
     let serving = tokio::spawn(serve_tls(
         listener,
         acceptor,
         shared.clone(),
         shutdown_rx.clone(),
         config.drain_timeout,
+        limits,
     ));
-    let metrics_serving =
-        metrics_listener.map(|l| tokio::spawn(serve_metrics(l, shared.clone(), shutdown_rx)));
+    let metrics_serving = metrics_listener
+        .map(|l| tokio::spawn(serve_metrics(l, shared.clone(), shutdown_rx, limits)));
     Ok(Server {
         addr,
         metrics_addr,
@@ -341,17 +384,11 @@ async fn serve_tls(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
     drain_timeout: Duration,
+    limits: Limits,
 ) {
-    let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+    let builder = connection_builder();
+    let connection_shutdown = shutdown.clone();
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -368,8 +405,8 @@ async fn serve_tls(
                 let acceptor = acceptor.clone();
                 let shared = shared.clone();
                 let builder = builder.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
+                let shutdown = connection_shutdown.clone();
+                connections.spawn(async move {
                     // rustls reads 4 KB at a time: a buffer under it takes a
                     // request's record from the socket in one read, not two.
                     let tcp = tokio::io::BufReader::with_capacity(SOCKET_READ_BUFFER, tcp);
@@ -384,33 +421,62 @@ async fn serve_tls(
                             return;
                         }
                     };
-                    let service = hyper::service::service_fn(move |req| {
-                        let shared = shared.clone();
-                        async move { Ok::<_, Infallible>(route(shared, req).await) }
-                    });
-                    let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
+                    let activity = Arc::new(Activity::new());
+                    let service = {
+                        let activity = activity.clone();
+                        hyper::service::service_fn(move |req| {
+                            let shared = shared.clone();
+                            let request = activity.begin(req.version());
+                            async move {
+                                let response = route(shared, req).await;
+                                drop(request);
+                                Ok::<_, Infallible>(response)
+                            }
+                        })
+                    };
+                    let io = TokioIo::new(Watched { io: tls, activity: activity.clone() });
+                    let conn = builder.serve_connection(io, service);
+                    let ended = drive(conn, |c| c.graceful_shutdown(), &activity, limits, Some(shutdown)).await;
+                    ended.log(peer);
                 });
             }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             _ = stopped(&mut shutdown) => break,
         }
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
     drop(listener);
     tracing::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    // Each connection saw the shutdown: HTTP/1.1 ones close after their
+    // request in flight, HTTP/2 ones get GOAWAY.
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(drain_timeout, drained).await.is_err() {
         tracing::warn!(
             "drain timeout ({}) passed with requests in flight",
             format_duration(drain_timeout)
         );
+        // They go on until the runtime stops.
+        connections.detach_all();
     } else {
         tracing::info!("drained");
     }
+}
+
+/// hyper's connection settings, for both listeners.
+fn connection_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The header-read timeout is kept by `drive`: hyper's own starts when a
+    // keep-alive connection goes idle, so it would close idle connections
+    // after it too. (With a timer, hyper's default is 30 s: off it goes.)
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    builder
 }
 
 /// Resolves once a shutdown is triggered (or its sender is gone).
@@ -422,36 +488,44 @@ async fn serve_metrics(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = connection_builder();
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else {
+                let Ok((tcp, peer)) = accepted else {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let shared = shared.clone();
                 let builder = builder.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let shared = shared.clone();
-                        async move {
-                            Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
-                                (&Method::GET, "/metrics") => {
-                                    reply(StatusCode::OK, super::metrics::CONTENT_TYPE, shared.metrics.encode())
-                                }
-                                (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
-                                _ => text(StatusCode::NOT_FOUND, "not found"),
-                            })
-                        }
-                    });
-                    let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                    let activity = Arc::new(Activity::new());
+                    let service = {
+                        let activity = activity.clone();
+                        hyper::service::service_fn(move |req: Request<Incoming>| {
+                            let shared = shared.clone();
+                            let request = activity.begin(req.version());
+                            async move {
+                                let response = match (req.method(), req.uri().path()) {
+                                    (&Method::GET, "/metrics") => {
+                                        reply(StatusCode::OK, super::metrics::CONTENT_TYPE, shared.metrics.encode())
+                                    }
+                                    (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
+                                    _ => text(StatusCode::NOT_FOUND, "not found"),
+                                };
+                                drop(request);
+                                Ok::<_, Infallible>(response)
+                            }
+                        })
+                    };
+                    let io = TokioIo::new(Watched { io: tcp, activity: activity.clone() });
+                    let conn = builder.serve_connection(io, service);
+                    // Stopped by `abort_all` at shutdown, not drained.
+                    let ended = drive(conn, |c| c.graceful_shutdown(), &activity, limits, None).await;
+                    ended.log(peer);
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -459,6 +533,288 @@ async fn serve_metrics(
         }
     }
     connections.abort_all();
+}
+
+/// The connection timeouts (`None`: no limit).
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// `--header-read-timeout`.
+    header_read: Option<Duration>,
+    /// `--idle-timeout`.
+    idle: Option<Duration>,
+}
+
+impl Limits {
+    fn new(header_read: Duration, idle: Duration) -> Limits {
+        Limits {
+            header_read: (!header_read.is_zero()).then_some(header_read),
+            idle: (!idle.is_zero()).then_some(idle),
+        }
+    }
+}
+
+/// How long a connection closing gracefully (idle, or at shutdown) may take
+/// to close once no request is in flight: an HTTP/2 client has to answer the
+/// GOAWAY's PING first. Past it the connection is dropped.
+const CLOSING_GRACE: Duration = Duration::from_secs(5);
+
+/// What [`drive`] watches of one connection: its reads ([`Watched`]) and its
+/// requests ([`Activity::begin`]). Times are nanoseconds since `start`.
+struct Activity {
+    /// When the connection started (after its TLS handshake).
+    start: tokio::time::Instant,
+    /// Requests whose answer is being worked out.
+    in_flight: AtomicUsize,
+    /// Whether a request has begun yet.
+    served: AtomicBool,
+    /// Whether the connection speaks HTTP/2 (known at its first request).
+    http2: AtomicBool,
+    /// When the last request ended (0: the start).
+    idle_since: AtomicU64,
+    /// When the first byte came with no request in flight, plus one (0:
+    /// none since the last request began): the start of an HTTP/1.1 head.
+    head_since: AtomicU64,
+}
+
+/// Why [`drive`] dropped a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expiry {
+    /// A request's head did not arrive whole in time.
+    Head,
+    /// No request in flight for the idle timeout: closed gracefully.
+    Idle,
+    /// Closing gracefully took longer than [`CLOSING_GRACE`].
+    Closing,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            start: tokio::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, nanos: u64) -> tokio::time::Instant {
+        self.start + Duration::from_nanos(nanos)
+    }
+
+    /// A request begins: its head has arrived. In flight until the guard
+    /// is dropped (its answer worked out, or the request abandoned).
+    fn begin(self: &Arc<Self>, version: hyper::Version) -> InRequest {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_since.store(0, Ordering::Relaxed);
+        if !self.served.load(Ordering::Relaxed) {
+            self.http2
+                .store(version == hyper::Version::HTTP_2, Ordering::Relaxed);
+            self.served.store(true, Ordering::Release);
+        }
+        InRequest(self.clone())
+    }
+
+    /// Bytes were read.
+    fn read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_since.load(Ordering::Relaxed) == 0
+        {
+            self.head_since.store(self.now() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// The next time something is due, and what: none while a request is in
+    /// flight. `closing`: since when the connection is closing gracefully.
+    fn deadline(
+        &self,
+        limits: Limits,
+        closing: Option<tokio::time::Instant>,
+    ) -> Option<(tokio::time::Instant, Expiry)> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let idle_since = self.at(self.idle_since.load(Ordering::Relaxed));
+        if let Some(since) = closing {
+            return Some((since.max(idle_since) + CLOSING_GRACE, Expiry::Closing));
+        }
+        if let Some(header_read) = limits.header_read {
+            // The first request's head is due from the start (for HTTP/2,
+            // the preface and the first HEADERS); a later HTTP/1.1 one from
+            // its first byte. An HTTP/2 connection's frames between
+            // requests (PING, SETTINGS, WINDOW_UPDATE) start no head.
+            if !self.served.load(Ordering::Acquire) {
+                return Some((self.start + header_read, Expiry::Head));
+            }
+            let head = self.head_since.load(Ordering::Relaxed);
+            if head != 0 && !self.http2.load(Ordering::Relaxed) {
+                return Some((self.at(head - 1) + header_read, Expiry::Head));
+            }
+        }
+        limits.idle.map(|idle| (idle_since + idle, Expiry::Idle))
+    }
+}
+
+/// A request in flight (see [`Activity::begin`]).
+struct InRequest(Arc<Activity>);
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        activity.idle_since.store(activity.now(), Ordering::Relaxed);
+        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's byte stream, telling its [`Activity`] when bytes come.
+struct Watched<I> {
+    io: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.read();
+        }
+        result
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// How [`drive`] ended.
+enum Ended<E> {
+    /// The connection ended by itself (or closed gracefully).
+    Closed(Result<(), E>),
+    /// Dropped: its head not in time, or its graceful close too long.
+    Dropped(Expiry),
+}
+
+impl<E: std::fmt::Display> Ended<E> {
+    fn log(&self, peer: SocketAddr) {
+        match self {
+            Ended::Closed(Ok(())) => {}
+            Ended::Closed(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            Ended::Dropped(Expiry::Head) => {
+                tracing::debug!(%peer, "request head not received in time: connection closed");
+            }
+            Ended::Dropped(_) => {
+                tracing::debug!(%peer, "connection did not close in time: dropped");
+            }
+        }
+    }
+}
+
+/// Serves `conn` until it ends, keeping the header-read and idle timeouts:
+/// a head late in coming drops the connection; an idle connection, or a
+/// shutdown, closes it gracefully (`graceful`), and if that takes longer
+/// than [`CLOSING_GRACE`] with no request in flight, drops it.
+///
+/// The checks run in the connection's own task, after each poll of it:
+/// everything that changes a deadline (a read, a request beginning or
+/// ending) wakes that task, so no other wake-up is needed.
+async fn drive<C, E>(
+    conn: C,
+    mut graceful: impl FnMut(Pin<&mut C>),
+    activity: &Activity,
+    limits: Limits,
+    shutdown: Option<watch::Receiver<bool>>,
+) -> Ended<E>
+where
+    C: Future<Output = Result<(), E>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut stop = std::pin::pin!(async move {
+        match shutdown {
+            Some(mut shutdown) => stopped(&mut shutdown).await,
+            None => std::future::pending().await,
+        }
+    });
+    let mut stopping = false;
+    let mut closing: Option<tokio::time::Instant> = None;
+    let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    let mut armed: Option<tokio::time::Instant> = None;
+    std::future::poll_fn(|cx| loop {
+        if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+            return Poll::Ready(Ended::Closed(result));
+        }
+        if !stopping && stop.as_mut().poll(cx).is_ready() {
+            stopping = true;
+            if closing.is_none() {
+                graceful(conn.as_mut());
+                closing = Some(tokio::time::Instant::now());
+            }
+            continue;
+        }
+        let Some((at, expiry)) = activity.deadline(limits, closing) else {
+            return Poll::Pending;
+        };
+        // A deadline moved later (a request came since) is re-armed only
+        // when the earlier one fires: one timer reset per request at most.
+        if armed.is_none_or(|armed| at < armed) {
+            timer.as_mut().reset(at);
+            armed = Some(at);
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        armed = None;
+        if tokio::time::Instant::now() < at {
+            continue;
+        }
+        match expiry {
+            Expiry::Idle => {
+                tracing::debug!("connection idle: closing it");
+                graceful(conn.as_mut());
+                closing = Some(tokio::time::Instant::now());
+            }
+            Expiry::Head | Expiry::Closing => return Poll::Ready(Ended::Dropped(expiry)),
+        }
+    })
+    .await
 }
 
 fn reply(
@@ -538,6 +894,16 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         metrics.observe_request("", "", result, started.elapsed());
         text(status, message)
     };
+
+    // JSON only, as kube-apiserver sends it; the body is not read.
+    if let Some(message) = unsupported_media_type(req.headers().get(CONTENT_TYPE)) {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            RequestResult::Invalid,
+            "unsupported media type",
+            message,
+        );
+    }
 
     // The body, at most MAX_BODY_BYTES.
     let declared = req
@@ -695,6 +1061,27 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     metrics.observe_request(&operation, &resource, result, started.elapsed());
     drop_after_reply(leftover);
     reply(StatusCode::OK, "application/json", bytes)
+}
+
+/// Why a request's Content-Type is refused (`None`: it is
+/// `application/json`, with or without parameters, in any case).
+fn unsupported_media_type(content_type: Option<&HeaderValue>) -> Option<String> {
+    let Some(value) = content_type else {
+        return Some(format!("missing Content-Type: expected {JSON:?}"));
+    };
+    let essence = value
+        .as_bytes()
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if essence.eq_ignore_ascii_case(JSON.as_bytes()) {
+        return None;
+    }
+    let received = String::from_utf8_lossy(value.as_bytes());
+    Some(format!(
+        "unsupported Content-Type {received:?}: expected {JSON:?}"
+    ))
 }
 
 /// Drops the admitted object (hundreds of allocations) after the answer is

@@ -98,6 +98,43 @@ pub async fn connect(server: &Server) -> Connection {
         .expect("connects")
 }
 
+/// A bare TLS connection to `server` offering the ALPN protocols `alpn`
+/// (none: the server picks by the first bytes), on which a test writes
+/// the bytes it wants, when it wants.
+pub async fn tls_stream(
+    server: &Server,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let ca = server.ca_bundle().expect("self-signed CA");
+    let config = tls::client_config(ca, None, alpn).unwrap();
+    let tcp = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connects");
+    tcp.set_nodelay(true).unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// Reads `stream` until the peer closes it (end of stream or an error);
+/// returns what was read and whether the close was clean (a TLS
+/// close_notify, or a plain end of stream).
+pub async fn read_until_closed(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt as _;
+    let mut read = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => return (read, true),
+            Ok(n) => read.extend_from_slice(&buf[..n]),
+            Err(_) => return (read, false),
+        }
+    }
+}
+
 /// The metrics text.
 pub async fn metrics_text(server: &Server) -> String {
     let r = get_plain(server.metrics_addr().unwrap(), "/metrics")
