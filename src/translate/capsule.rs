@@ -761,8 +761,11 @@ fn affinity_merge(a: &Map<String, Json>, label: &str) -> Result<String, Translat
                                     format!("({l} in e.?{k}.orValue([]) ? [] : [{l}])")
                                 })
                                 .collect();
+                            // dyn(): the map literal's other entry is an
+                            // optional of dyn, and upstream's homogeneous
+                            // literal validator wants one value type.
                             parts.push(format!(
-                                "{}: e.?{k}.orValue([]) + {}",
+                                "{}: dyn(e.?{k}.orValue([]) + {})",
                                 cel::quote(k),
                                 adds.join(" + ")
                             ));

@@ -316,8 +316,10 @@ fn translate_rule(rule: &Json) -> Result<String, Problem> {
         });
     }
     if is_default {
+        // dyn(): upstream's checker types `m[?k].orValue(null)` as null,
+        // which refuses `size(v)`; as dyn every test type-checks.
         guards.push(format!(
-            "[{}].exists(v, {})",
+            "[dyn({})].exists(v, {})",
             raw(&segs),
             "v == null || (type(v) == string && v == \"\") || (type(v) == list && size(v) == 0) || (type(v) == map && size(v) == 0)"
         ));
