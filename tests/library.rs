@@ -8,12 +8,14 @@
 //! covered: a case that changes the object and a case that leaves it alone.
 //! The cases themselves run in `kmutate conformance conformance` (CI).
 
-use kmutate::api::load;
+mod support;
+
 use kmutate::conformance::normalize;
 use kmutate::dispatch::PolicySet;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use support::{documents, single_document};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -27,23 +29,6 @@ fn yaml_files(dir: &str) -> BTreeMap<String, PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
         .collect()
-}
-
-/// The documents of a YAML file (empty documents dropped).
-fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    load::parse_documents(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-/// The only document of a library file.
-fn single_document(path: &Path) -> Value {
-    let mut docs = documents(path);
-    assert_eq!(docs.len(), 1, "{}: one document per file", path.display());
-    docs.remove(0)
 }
 
 /// The shipped policies (by name) and bindings (by name).
@@ -133,7 +118,11 @@ fn every_policy_header_says_what_it_does_and_matches_and_agrees_with_the_spec() 
 
 #[test]
 fn the_library_and_its_params_load_and_compile_without_problems() {
-    let loaded = load::load_paths(&[repo("policies"), repo("bindings"), repo("examples/params")]);
+    let loaded = kmutate::api::load::load_paths(&[
+        repo("policies"),
+        repo("bindings"),
+        repo("examples/params"),
+    ]);
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     assert_eq!(loaded.policies.len(), yaml_files("policies").len());
     let (_set, errors) = PolicySet::new(loaded.policies, loaded.bindings);

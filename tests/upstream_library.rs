@@ -19,35 +19,18 @@
 //! filled into what the policy added), and the policy must change
 //! something, so a mutation that did not happen cannot pass.
 
-#[path = "support/kas.rs"]
-mod kas;
+mod support;
 
-use kas::{poll, without_volatile_metadata as stable, Kas};
-use kmutate::api::load;
 use kmutate::conformance::{normalize, prepare, Case};
 use kmutate::dispatch::Outcome;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use support::kas::{self, without_volatile_metadata as stable, Kas};
+use support::{documents, eventually as poll, single_document as one};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// The documents of a YAML file (empty ones dropped).
-fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    load::parse_documents(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-fn one(path: &Path) -> Value {
-    let mut docs = documents(path);
-    assert_eq!(docs.len(), 1, "{}: one document", path.display());
-    docs.remove(0)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -17,7 +17,6 @@ use kube::Client;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 /// The field manager of the objects the tests apply.
 pub const MANAGER: &str = "kmutate-test";
@@ -283,24 +282,6 @@ pub async fn namespace_with_service_account(client: &Client, ns: &str) {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("ServiceAccount default in {ns}: {e}"),
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, for at most `limit`.
-pub async fn poll<T, F, Fut>(limit: Duration, mut check: F) -> Option<(T, Duration)>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return Some((v, started.elapsed()));
-        }
-        if started.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

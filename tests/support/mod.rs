@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod fake_api;
+pub mod kas;
 
 use base64::Engine as _;
 use kmutate::webhook::client::{get_plain, Client, Connection};
@@ -204,6 +205,23 @@ pub async fn create_config_map(
         labels: patched["metadata"]["labels"].clone(),
         response,
     }
+}
+
+/// The documents of a YAML file (empty documents dropped).
+pub fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    kmutate::api::load::parse_documents(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The only document of a YAML file.
+pub fn single_document(path: &Path) -> Value {
+    let mut docs = documents(path);
+    assert_eq!(docs.len(), 1, "{}: one document per file", path.display());
+    docs.remove(0)
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, for at most `limit`;
