@@ -555,7 +555,13 @@ mod tests {
                 .iter()
                 .map(|n| (n.to_string(), "why".to_string()))
                 .collect();
-            run_all(&[file.clone()], &expected, false, &mut Vec::new()).unwrap()
+            run_all(
+                std::slice::from_ref(&file),
+                &expected,
+                false,
+                &mut Vec::new(),
+            )
+            .unwrap()
         };
         let s = run(&["fails"]);
         assert_eq!((s.passed, s.failed, s.expected_failures), (1, 0, 1));
