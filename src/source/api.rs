@@ -3,8 +3,9 @@
 //! own CRDs in `kmutate.dev/v1`), the param objects of every `paramKind`
 //! in use, Namespaces and CustomResourceDefinitions (whose schemas serve
 //! ApplyConfiguration, refreshed as they change), each kept current by a `kube::runtime::watcher`
-//! (which relists after a 410 Gone and retries with backoff while the API
-//! server is unreachable; the stores keep their objects meanwhile).
+//! (which relists at once after a 410 Gone and retries every second at most
+//! while the API server is unreachable; the stores keep their objects
+//! meanwhile).
 //!
 //! A policy that cannot be read is skipped; one whose expressions do not
 //! compile is served as upstream serves it, every invocation failing under
@@ -22,7 +23,7 @@ use crate::cel::CelEnvironment;
 use crate::dispatch::CompiledPolicy;
 use futures::StreamExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::runtime::watcher;
 use kube::Client;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
@@ -118,6 +119,52 @@ impl std::fmt::Debug for ApiSource {
     }
 }
 
+/// Reads Namespaces live, for a request whose Namespace the watch has not
+/// delivered yet.
+pub struct NamespaceReader {
+    namespaces: Api<DynamicObject>,
+}
+
+impl NamespaceReader {
+    /// A reader through `client`.
+    pub fn new(client: Client) -> NamespaceReader {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Namespace"),
+            "namespaces",
+        );
+        NamespaceReader {
+            namespaces: Api::all_with(client, &resource),
+        }
+    }
+}
+
+impl crate::webhook::engine::LiveNamespaces for NamespaceReader {
+    fn get(
+        &self,
+        name: &str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Option<Value>, String>> + Send + '_>,
+    > {
+        let name = name.to_string();
+        Box::pin(async move {
+            let found = self
+                .namespaces
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?;
+            found
+                .map(|ns| {
+                    let mut v = serde_json::to_value(ns).map_err(|e| e.to_string())?;
+                    // A list's items, like the watch's, carry no type.
+                    v["apiVersion"] = "v1".into();
+                    v["kind"] = "Namespace".into();
+                    Ok(v)
+                })
+                .transpose()
+        })
+    }
+}
+
 /// The kube client of `config` (inferred when none).
 pub async fn client(config: Option<kube::Config>) -> Result<Client, ApiError> {
     let config = match config {
@@ -133,17 +180,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Waits between discovery attempts: 250 ms doubling to 30 s.
+/// The first wait after a failed API call.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between retries while the API server is unreachable:
+/// short, so that changes made once it is back are served within about a
+/// second more (a few watches asking once a second costs it little).
+pub const RETRY_CAP: Duration = Duration::from_secs(1);
+
+/// Waits between retries of a failing API call: 100 ms doubling to
+/// [`RETRY_CAP`], from the start again after a success.
 struct Backoff(Duration);
 
 impl Backoff {
     fn new() -> Backoff {
-        Backoff(Duration::from_millis(250))
+        Backoff(RETRY_FIRST)
     }
 
     async fn wait(&mut self) {
         tokio::time::sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(30));
+        self.0 = (self.0 * 2).min(RETRY_CAP);
+    }
+
+    fn reset(&mut self) {
+        self.0 = RETRY_FIRST;
     }
 }
 
@@ -610,25 +669,48 @@ async fn run_watch(
     optional: bool,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    // No backoff of kube-runtime's (800 ms doubling to 30 s, also after a
+    // 410): a watch whose resourceVersion expired relists at once, and one
+    // that cannot reach the API server retries within RETRY_CAP.
+    let mut events = watcher(api, watcher::Config::default()).boxed();
+    let mut backoff = Backoff::new();
+    let mut relisted = false;
     while let Some(event) = events.next().await {
         match event {
             Ok(e) => {
+                backoff.reset();
+                relisted = false;
                 if store.apply(e, &resource) {
                     changed.notify_one();
                 }
             }
             Err(e) => {
-                tracing::warn!(resource = %resource.plural, api = %resource.api_version, error = %e,
-                    "watch failed; keeping the objects seen, retrying with backoff");
                 if optional && !store.is_synced() {
                     store.mark_synced();
                     changed.notify_one();
                 }
+                if is_gone(&e) && !relisted {
+                    tracing::info!(resource = %resource.plural, api = %resource.api_version,
+                        "watch expired (410 Gone); relisting now");
+                    relisted = true;
+                    continue;
+                }
+                tracing::warn!(resource = %resource.plural, api = %resource.api_version, error = %e,
+                    "watch failed; keeping the objects seen, retrying");
+                backoff.wait().await;
             }
         }
+    }
+}
+
+/// Whether the watch failed because its resourceVersion is too old (410
+/// Gone): the watcher then starts over with a list.
+fn is_gone(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
     }
 }
 

@@ -25,7 +25,7 @@ pub mod store;
 
 use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
-use crate::webhook::engine::{CompiledPolicies, Engine, EngineSources};
+use crate::webhook::engine::{CompiledPolicies, Engine, EngineSources, LiveNamespaces};
 use crate::webhook::metrics::Metrics;
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
@@ -84,6 +84,7 @@ pub struct Assembler {
     authorizer: Arc<dyn Authorizer>,
     slot: Arc<ArcSwapOption<Engine>>,
     metrics: Option<Arc<Metrics>>,
+    live_namespaces: Option<Arc<dyn LiveNamespaces>>,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -115,7 +116,14 @@ impl Assembler {
             authorizer,
             slot,
             metrics,
+            live_namespaces: None,
         }
+    }
+
+    /// Engines built read the Namespaces they do not hold from `live`.
+    pub fn with_live_namespaces(mut self, live: Arc<dyn LiveNamespaces>) -> Assembler {
+        self.live_namespaces = Some(live);
+        self
     }
 
     /// Rebuilds after every change, forever (the task is aborted at shutdown).
@@ -143,11 +151,15 @@ impl Assembler {
             let previous = reuse.map(|l| l.compiled.clone());
             let authorizer = self.authorizer.clone();
             let engine_before = self.slot.load_full();
+            let live = self.live_namespaces.clone();
             let build = tokio::task::spawn_blocking(move || {
                 let compiled = previous.unwrap_or_else(|| Arc::new(compile(&inputs)));
                 let objects = snapshots.into_iter().flat_map(|s| s.objects).collect();
-                let engine =
+                let mut engine =
                     Engine::reassemble(compiled, objects, authorizer, engine_before.as_deref());
+                if let Some(live) = live {
+                    engine = engine.with_live_namespaces(live);
+                }
                 (engine, inputs)
             })
             .await;
@@ -270,8 +282,10 @@ pub async fn start(
             source.watch(files::POLL_INTERVAL, changed).await;
         }));
     }
+    let mut live_namespaces: Option<Arc<dyn LiveNamespaces>> = None;
     if matches!(kind, SourceKind::Api | SourceKind::Both) {
         let client = api::client(api.kube.clone()).await?;
+        live_namespaces = Some(Arc::new(api::NamespaceReader::new(client.clone())));
         let source = Arc::new(api::ApiSource::new(
             client.clone(),
             changed.clone(),
@@ -287,7 +301,10 @@ pub async fn start(
             ));
         }
     }
-    let assembler = Assembler::new(sources, changed, authorizer, slot, metrics);
+    let mut assembler = Assembler::new(sources, changed, authorizer, slot, metrics);
+    if let Some(live) = live_namespaces {
+        assembler = assembler.with_live_namespaces(live);
+    }
     running.tasks.push(tokio::spawn(assembler.run()));
     Ok(running)
 }

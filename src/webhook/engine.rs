@@ -24,6 +24,23 @@ pub struct Engine {
     cluster: ClusterObjects,
     crds: Arc<CrdTables>,
     authorizer: Arc<dyn Authorizer>,
+    live_namespaces: Option<Arc<dyn LiveNamespaces>>,
+}
+
+/// Namespaces read live from the API server, for a request whose Namespace
+/// the watch has not delivered yet (created a moment ago): upstream's
+/// namespace matcher falls back to a GET on a cache miss too.
+pub trait LiveNamespaces: Send + Sync {
+    /// The Namespace `name` (`None`: it does not exist), or why it could
+    /// not be read.
+    fn get(
+        &self,
+        name: &str,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Option<serde_json::Value>, String>> + Send + '_,
+        >,
+    >;
 }
 
 /// What the CRDs give: the resource table and the schemas, with the CRD
@@ -200,6 +217,32 @@ impl Engine {
             cluster,
             crds,
             authorizer,
+            live_namespaces: None,
+        }
+    }
+
+    /// This engine reading Namespaces it does not hold from `live`.
+    pub fn with_live_namespaces(mut self, live: Arc<dyn LiveNamespaces>) -> Engine {
+        self.live_namespaces = Some(live);
+        self
+    }
+
+    /// Where Namespaces the engine does not hold are read, if anywhere.
+    pub fn live_namespaces(&self) -> Option<&Arc<dyn LiveNamespaces>> {
+        self.live_namespaces.as_ref()
+    }
+
+    /// The same engine with `namespace` among its cluster objects, for one
+    /// request (the watch delivers it to the next engine).
+    pub fn with_namespace(&self, namespace: serde_json::Value) -> Engine {
+        let mut cluster = self.cluster.clone();
+        cluster.insert(namespace);
+        Engine {
+            compiled: self.compiled.clone(),
+            cluster,
+            crds: self.crds.clone(),
+            authorizer: self.authorizer.clone(),
+            live_namespaces: None,
         }
     }
 

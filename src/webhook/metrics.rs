@@ -175,6 +175,7 @@ pub struct Metrics {
     load_errors: Gauge,
     reinvocations: Counter,
     cert_reloads: Family<ReloadLabels, Counter>,
+    namespace_lookups: Family<ReloadLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -259,6 +260,12 @@ impl Metrics {
             "Serving certificate reloads after the files changed, by result",
             cert_reloads.clone(),
         );
+        let namespace_lookups = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "kmutate_namespace_lookups",
+            "Live GETs of a request's Namespace the watch had not delivered yet, by result (found, not_found, error, timeout)",
+            namespace_lookups.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "kmutate_build_info",
@@ -283,6 +290,7 @@ impl Metrics {
             load_errors,
             reinvocations,
             cert_reloads,
+            namespace_lookups,
         }
     }
 
@@ -366,6 +374,14 @@ impl Metrics {
             .get_or_create(&ReloadLabels {
                 result: if ok { "success" } else { "error" },
             })
+            .inc();
+    }
+
+    /// A live lookup of a Namespace missing from the watched ones, by
+    /// result: `found`, `not_found`, `error` or `timeout`.
+    pub fn observe_namespace_lookup(&self, result: &'static str) {
+        self.namespace_lookups
+            .get_or_create(&ReloadLabels { result })
             .inc();
     }
 

@@ -940,27 +940,55 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     };
 
     // One load of the engine in force: the whole request uses it.
-    let Some(engine) = shared.engine.load_full() else {
+    let Some(mut engine) = shared.engine.load_full() else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet");
     };
 
     // Decoding and matching run here, guarded against panics.
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        engine.decode_review(&body).map(|decoded| match decoded {
-            DecodedBody::Unmatched(review) => (review, 0, None, None),
-            DecodedBody::Review(mut review) => {
-                complete_request(&mut review.request, engine.resources());
-                // The admission's first pass reuses this matching.
-                let prematch = engine.prematch(&review.request);
-                let matched = engine.matched(&prematch);
-                let fallback = matched
-                    .iter()
-                    .find(|m| m.failure_policy == FailurePolicy::Fail)
-                    .map(|m| (m.policy.to_string(), m.binding.to_string()));
-                (review, matched.len(), fallback, Some(prematch))
+    let decode = |engine: &Engine| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            engine.decode_review(&body).map(|decoded| match decoded {
+                DecodedBody::Unmatched(review) => (review, 0, None, None),
+                DecodedBody::Review(mut review) => {
+                    complete_request(&mut review.request, engine.resources());
+                    // The admission's first pass reuses this matching.
+                    let prematch = engine.prematch(&review.request);
+                    let matched = engine.matched(&prematch);
+                    let fallback = matched
+                        .iter()
+                        .find(|m| m.failure_policy == FailurePolicy::Fail)
+                        .map(|m| (m.policy.to_string(), m.binding.to_string()));
+                    (review, matched.len(), fallback, Some(prematch))
+                }
+            })
+        }))
+    };
+    let mut decoded = decode(&engine);
+    // A Namespace created a moment ago may not have reached the watch yet:
+    // read it live, within the request's deadline, and decide with it.
+    let missing = match &decoded {
+        Ok(Ok((review, matched, _, _))) if *matched > 0 => {
+            let ns = &review.request.namespace;
+            (!ns.is_empty() && engine.cluster().namespace(ns).is_none()).then(|| ns.clone())
+        }
+        _ => None,
+    };
+    if let (Some(ns), Some(live)) = (missing, engine.live_namespaces().cloned()) {
+        let result = match tokio::time::timeout_at(deadline, live.get(&ns)).await {
+            Ok(Ok(Some(namespace))) => {
+                engine = Arc::new(engine.with_namespace(namespace));
+                decoded = decode(&engine);
+                "found"
             }
-        })
-    }));
+            Ok(Ok(None)) => "not_found",
+            Ok(Err(e)) => {
+                tracing::warn!(namespace = %ns, error = %e, "reading the request's Namespace failed");
+                "error"
+            }
+            Err(_) => "timeout",
+        };
+        metrics.observe_namespace_lookup(result);
+    }
     let (review, matched, fallback, prematch) = match decoded {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
