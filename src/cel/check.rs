@@ -103,7 +103,13 @@ const DECLARED_IDENTIFIERS: &[&str] = &[
 ];
 
 /// Qualified type names cel-go declares as identifiers.
-const DECLARED_QUALIFIED: &[&str] = &["google.protobuf.Timestamp", "google.protobuf.Duration"];
+const DECLARED_QUALIFIED: &[&str] = &[
+    "google.protobuf.Timestamp",
+    "google.protobuf.Duration",
+    // Kubernetes' IP and CIDR libraries declare their types by name.
+    "net.IP",
+    "net.CIDR",
+];
 
 /// The type a variable is declared with for an expression of type `t`
 /// (upstream's `convertCelTypeToDeclType`): scalars, durations, timestamps,
@@ -141,6 +147,9 @@ pub(crate) fn check(
         bool_negations: Vec::new(),
     };
     checker.visit(ast, 0, false);
+    checker
+        .type_errors
+        .extend(single_variable_exists_one(&info.source));
     let issues = if !checker.type_errors.is_empty() {
         checker.type_errors
     } else {
@@ -162,6 +171,36 @@ pub(crate) fn check(
             bool_negations: checker.bool_negations,
         }),
     }
+}
+
+/// `list.existsOne(x, p)`: cel-go has the `exists_one` macro and the
+/// two-variable `existsOne(i, v, p)` (`ext.TwoVarComprehensions`), but no
+/// one-variable `existsOne`, which its checker sees as a call of an
+/// undeclared function. The crate's parser expands it as `exists_one`: the
+/// source is parsed again without macros to find such calls.
+fn single_variable_exists_one(source: &str) -> Vec<Issue> {
+    fn visit(e: &IdedExpr, info: &SourceInfo, out: &mut Vec<Issue>) {
+        if let Expr::Call(c) = &e.expr {
+            if c.func_name == "existsOne" && c.target.is_some() && c.args.len() == 2 {
+                out.push(Issue {
+                    offset: info.offset_for(e.id).map_or(0, |(start, _)| start),
+                    message: "undeclared reference to 'existsOne' (in container '')".into(),
+                });
+            }
+        }
+        super::for_each_child(e, &mut |c| visit(c, info, out));
+    }
+    let mut out = Vec::new();
+    if !source.contains("existsOne") {
+        return out;
+    }
+    let parser = Env::default()
+        .parser()
+        .max_recursion_depth(super::MAX_PARSE_DEPTH);
+    if let Ok((ast, info)) = parser.parse_with_source_info(source) {
+        visit(&ast, &info, &mut out);
+    }
+    out
 }
 
 /// What [`check`] learns of an expression it accepts.
@@ -471,11 +510,6 @@ impl Checker<'_> {
             types.push(t);
         }
         let name = call.func_name.as_str();
-        // Member calls: only the standard string functions, whose receivers
-        // upstream declares as `string` alone.
-        if call.target.is_some() && !STRING_MEMBERS.contains(&name) {
-            return;
-        }
         let member = call.target.is_some();
         // Equality never fails at run time; upstream declares it for two
         // arguments of one type (numbers aside, and aggregates, left alone).
@@ -498,16 +532,19 @@ impl Checker<'_> {
         if name == operators::CONDITIONAL || name == operators::NOT_STRICTLY_FALSE {
             return;
         }
-        let Some(probe) = probe_call(call, &types) else {
-            return;
-        };
+        // A function may refuse a string for its value (an IP, a version):
+        // the call is refused only when it fails with each sample string.
         let ctx = Context::with_env(self.env.clone());
-        let failed = matches!(
-            cel::Value::resolve_val(&probe, &ctx),
-            Err(ExecutionError::NoSuchOverload(_)
-                | ExecutionError::UnsupportedBinaryOperator(..)
-                | ExecutionError::ValuesNotComparable(..))
-        );
+        let mut failed = false;
+        for text in SAMPLE_STRINGS {
+            let Some(probe) = probe_call(call, &types, text) else {
+                return;
+            };
+            failed = probe_fails(&probe, &ctx);
+            if !failed || !types.iter().any(Ty::has_string) {
+                break;
+            }
+        }
         if failed {
             self.no_overload(offset, name, &types, member);
         }
@@ -658,10 +695,41 @@ fn mismatch(expected: &Ty, found: &Ty) -> String {
     )
 }
 
+/// Whether the probe of a call fails for want of an overload.
+fn probe_fails(probe: &IdedExpr, ctx: &Context) -> bool {
+    match cel::Value::resolve_val(probe, ctx) {
+        Err(
+            ExecutionError::NoSuchOverload(_)
+            | ExecutionError::UnsupportedBinaryOperator(..)
+            | ExecutionError::ValuesNotComparable(..),
+        ) => true,
+        // The libraries' own `no such overload` (cel-go's text).
+        Err(ExecutionError::FunctionError { message, .. }) => {
+            message.starts_with("no such overload")
+        }
+        _ => false,
+    }
+}
+
+/// The strings a probe tries for its string arguments: the empty string,
+/// then a valid argument of each library constructor.
+const SAMPLE_STRINGS: &[&str] = &[
+    "",
+    "192.168.0.1",
+    "192.168.0.0/24",
+    "1.0.0",
+    "https://example.com/",
+    "0",
+    "1s",
+];
+
 /// The call `call` with each argument replaced by a value of its type, or
 /// `None` when some type has no such value here.
-fn probe_call(call: &CallExpr, types: &[Ty]) -> Option<IdedExpr> {
-    let mut values = types.iter().map(sample).collect::<Option<Vec<_>>>()?;
+fn probe_call(call: &CallExpr, types: &[Ty], text: &str) -> Option<IdedExpr> {
+    let mut values = types
+        .iter()
+        .map(|t| sample(t, text))
+        .collect::<Option<Vec<_>>>()?;
     let target = if call.target.is_some() {
         Some(Box::new(values.remove(0)))
     } else {
@@ -677,8 +745,8 @@ fn probe_call(call: &CallExpr, types: &[Ty]) -> Option<IdedExpr> {
     })
 }
 
-/// A literal expression of type `t`.
-fn sample(t: &Ty) -> Option<IdedExpr> {
+/// A literal expression of type `t`, with `text` for its strings.
+fn sample(t: &Ty, text: &str) -> Option<IdedExpr> {
     use cel::common::types::{CelBool, CelBytes, CelDouble, CelInt, CelString, CelUInt};
     let literal = |l: LiteralValue| {
         Some(IdedExpr {
@@ -691,11 +759,11 @@ fn sample(t: &Ty) -> Option<IdedExpr> {
         Ty::Int => literal(LiteralValue::Int(CelInt::from(0))),
         Ty::Uint => literal(LiteralValue::UInt(CelUInt::from(0u64))),
         Ty::Double => literal(LiteralValue::Double(CelDouble::from(0.0))),
-        Ty::String => literal(LiteralValue::String(CelString::from(String::new()))),
+        Ty::String => literal(LiteralValue::String(CelString::from(text.to_string()))),
         Ty::Bytes => literal(LiteralValue::Bytes(CelBytes::from(Vec::<u8>::new()))),
         Ty::List(e) => Some(IdedExpr {
             id: 0,
-            expr: Expr::List(ListExpr::new(vec![sample(e)?])),
+            expr: Expr::List(ListExpr::new(vec![sample(e, text)?])),
         }),
         Ty::Opaque(name) => {
             let (ctor, _, arg) = types::OPAQUE.iter().find(|(_, n, _)| n == name)?;
@@ -717,8 +785,8 @@ fn sample(t: &Ty) -> Option<IdedExpr> {
                     entries: vec![IdedEntryExpr {
                         id: 0,
                         expr: EntryExpr::MapEntry(MapEntryExpr {
-                            key: sample(k)?,
-                            value: sample(v)?,
+                            key: sample(k, text)?,
+                            value: sample(v, text)?,
                             optional: false,
                         }),
                     }],
@@ -761,26 +829,6 @@ fn first_bad_constant_regex(e: &IdedExpr) -> Option<String> {
         _ => None,
     }
 }
-
-/// Member functions declared on `string` receivers only (standard library,
-/// `ext.Strings`, Kubernetes' regex library).
-const STRING_MEMBERS: &[&str] = &[
-    "startsWith",
-    "endsWith",
-    "contains",
-    "matches",
-    "charAt",
-    "indexOf",
-    "lastIndexOf",
-    "lowerAscii",
-    "upperAscii",
-    "replace",
-    "split",
-    "substring",
-    "trim",
-    "find",
-    "findAll",
-];
 
 /// `a.b.c` of an identifier or a chain of selects on one.
 fn qualified_name(e: &IdedExpr) -> Option<String> {
@@ -1194,6 +1242,69 @@ mod tests {
         ] {
             compiles(s);
         }
+    }
+
+    // Member calls on receivers of known types are probed as global calls
+    // are: upstream's checker refuses those no overload declares
+    // (expectations from maporacle, k8s.io/apiserver v0.36.2). A string a
+    // function refuses for its value (an IP) is no type error.
+    #[test]
+    fn member_calls_on_known_types() {
+        for (bad, message) in [
+            // ext.Strings version 2: no string reverse(), lists have one.
+            (
+                "'abc'.reverse()",
+                "ERROR: <input>:1:14: found no matching overload for 'reverse' applied to 'string.()'",
+            ),
+            (
+                "'1.2.3.4'.family()",
+                "found no matching overload for 'family' applied to 'string.()'",
+            ),
+            (
+                "cidr('10.0.0.0/8').containsIP(1)",
+                "found no matching overload for 'containsIP' applied to 'net.CIDR.(int)'",
+            ),
+            (
+                "['a', 'b'].sum()",
+                "found no matching overload for 'sum' applied to 'list(string).()'",
+            ),
+            (
+                "[1, 2].max(3)",
+                "found no matching overload for 'max' applied to 'list(int).(int)'",
+            ),
+            (
+                "semver('1.2.3').compareTo('1.2.3')",
+                "found no matching overload for 'compareTo' applied to 'kubernetes.Semver.(string)'",
+            ),
+        ] {
+            let got = error(bad);
+            assert!(got.contains(message), "{bad}: {got}");
+        }
+        for ok in [
+            "[1, 2].reverse() == [2, 1]",
+            "'abc'.lowerAscii() == 'abc' && strings.quote('a') == '\"a\"'",
+            "cidr('10.0.0.0/8').containsIP('10.1.2.3')",
+            "cidr('10.0.0.0/8').containsIP('nope')",
+            "semver('1.2.3').compareTo(semver('1.2.4')) < 0",
+        ] {
+            compiles(ok);
+        }
+        let env = CelEnvironment::shared();
+        let e = env.compile("dyn('abc').reverse()").unwrap();
+        let err = e.evaluate(&env.context()).unwrap_err();
+        assert_eq!(
+            super::super::error_text(&err),
+            "no such overload: reverse(string)"
+        );
+    }
+
+    // Expectations from maporacle (k8s.io/apiserver v0.36.2).
+    #[test]
+    fn one_variable_exists_one_is_undeclared() {
+        assert!(error("[1, 2].existsOne(x, x == 1)").contains(
+            "ERROR: <input>:1:17: undeclared reference to 'existsOne' (in container '')"
+        ));
+        compiles("[1, 2].exists_one(x, x == 1) && [1, 2].existsOne(i, v, v == 1)");
     }
 
     // cel-go columns count characters; a wide character is marked with

@@ -156,8 +156,8 @@ impl CelEnvironment {
 
     fn build() -> CelEnvironment {
         let mut env = Env::stdlib();
-        env.add_extension(cel::extensions::strings)
-            .expect("strings extension registers once");
+        library::register_before_extensions(&mut env).expect("kmutate library registers once");
+        library::add_strings_v2(&mut env).expect("strings extension registers once");
         // cel-go `ext.Lists` (ListsVersion 3) is in kube-apiserver 1.36's base environment.
         env.add_extension(cel::extensions::lists)
             .expect("lists extension registers once");
@@ -258,7 +258,7 @@ impl CelEnvironment {
             parser
                 .parse_with_source_info(source)
                 .map_err(|e| CompileError {
-                    message: e.to_string(),
+                    message: macro_argument_messages(source, &e.to_string()),
                     ..Default::default()
                 })?;
         let mut next_id = max_id(&ast) + 1;
@@ -287,6 +287,60 @@ impl CelEnvironment {
             identifiers,
         })
     }
+}
+
+/// The crate's parser says `argument must be a simple name` of every
+/// macro's variable that is no identifier; cel-go says so for the
+/// quantifiers (`all`, `exists`, `exists_one`) but `argument is not an
+/// identifier` for `map`, `filter` and `sortBy`.
+fn macro_argument_messages(source: &str, message: &str) -> String {
+    const CRATE: &str = ": argument must be a simple name";
+    let lines: Vec<&str> = source.split('\n').collect();
+    message
+        .split('\n')
+        .map(|line| {
+            let Some(position) = line
+                .strip_prefix("ERROR: <input>:")
+                .and_then(|rest| rest.strip_suffix(CRATE))
+            else {
+                return line.to_string();
+            };
+            let Some((l, c)) = position.split_once(':') else {
+                return line.to_string();
+            };
+            let (Ok(l), Ok(c)) = (l.parse::<usize>(), c.parse::<usize>()) else {
+                return line.to_string();
+            };
+            // The source up to the error, then up to the macro call's '('.
+            let mut before: Vec<char> = lines[..l.saturating_sub(1).min(lines.len())]
+                .iter()
+                .flat_map(|text| text.chars().chain(['\n']))
+                .collect();
+            if let Some(text) = lines.get(l.wrapping_sub(1)) {
+                before.extend(text.chars().take(c.saturating_sub(1)));
+            }
+            let mut depth = 0usize;
+            while let Some(ch) = before.pop() {
+                match ch {
+                    ')' | ']' | '}' => depth += 1,
+                    '(' | '[' | '{' if depth > 0 => depth -= 1,
+                    '(' => break,
+                    _ => {}
+                }
+            }
+            let before: String = before.into_iter().collect();
+            let before = before.trim_end();
+            let name_start = before
+                .rfind(|ch: char| !(ch.is_alphanumeric() || ch == '_'))
+                .map_or(0, |i| i + 1);
+            if matches!(&before[name_start..], "map" | "filter" | "sortBy") {
+                format!("ERROR: <input>:{position}: argument is not an identifier")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Every identifier of the tree (variables, comprehension variables).
@@ -400,18 +454,21 @@ pub fn error_text(e: &ExecutionError) -> String {
     }
 }
 
+/// The JSON value of `src` evaluated with no variables, or the compile or
+/// evaluation error in upstream's words: for unit tests.
+#[cfg(test)]
+pub(crate) fn eval_json(src: &str) -> Result<serde_json::Value, String> {
+    let env = CelEnvironment::shared();
+    let expr = env.compile(src).map_err(|e| e.to_string())?;
+    let ctx = env.context();
+    let v = expr.evaluate(&ctx).map_err(|e| error_text(&e))?;
+    convert::val_to_json(&*v).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn eval_json(src: &str) -> Result<serde_json::Value, String> {
-        let env = CelEnvironment::shared();
-        let expr = env.compile(src).map_err(|e| e.to_string())?;
-        let ctx = env.context();
-        let v = expr.evaluate(&ctx).map_err(|e| error_text(&e))?;
-        convert::val_to_json(&*v).map_err(|e| e.to_string())
-    }
 
     /// The `!_` and `_==_` calls of `e`.
     fn negations_and_equalities(e: &IdedExpr) -> (usize, usize) {
@@ -602,6 +659,37 @@ mod tests {
             e.starts_with("compilation failed: ERROR: <input>:1:"),
             "{e}"
         );
+    }
+
+    // cel-go's texts (maporacle, k8s.io/apiserver v0.36.2).
+    #[test]
+    fn macro_variables_that_are_no_identifiers() {
+        let env = CelEnvironment::shared();
+        for (src, message) in [
+            (
+                "[1].map(1, 1)",
+                "ERROR: <input>:1:9: argument is not an identifier",
+            ),
+            (
+                "[1].filter(1, true)",
+                "ERROR: <input>:1:12: argument is not an identifier",
+            ),
+            (
+                "[1, 2].sortBy(x.y, 1)",
+                "ERROR: <input>:1:16: argument is not an identifier",
+            ),
+            (
+                "[1].all(1, true)",
+                "ERROR: <input>:1:9: argument must be a simple name",
+            ),
+            (
+                "[1].exists_one(1, true)",
+                "ERROR: <input>:1:16: argument must be a simple name",
+            ),
+        ] {
+            let e = env.compile(src).unwrap_err().to_string();
+            assert!(e.contains(message), "{src}: {e}");
+        }
     }
 
     #[test]

@@ -268,6 +268,16 @@ impl Ty {
         !matches!(self, Ty::List(_) | Ty::Map(..))
     }
 
+    /// Whether `string` occurs in the type.
+    pub(super) fn has_string(&self) -> bool {
+        match self {
+            Ty::String => true,
+            Ty::List(e) => e.has_string(),
+            Ty::Map(k, v) => k.has_string() || v.has_string(),
+            _ => false,
+        }
+    }
+
     /// Whether `null_type` occurs in the type (`null` is assignable to
     /// several types: checks leave it alone).
     pub(super) fn has_null(&self) -> bool {

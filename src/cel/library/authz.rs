@@ -65,7 +65,10 @@ pub fn authorizer_value<'a>(
     authorizer: &'a dyn Authorizer,
     request: &'a AdmissionRequest,
 ) -> Box<dyn Val + 'a> {
-    Box::new(AuthzValue::root(authorizer, &request.user_info))
+    Box::new(AuthzValue {
+        request: Some(request),
+        ..AuthzValue::root(authorizer, &request.user_info)
+    })
 }
 
 /// The `authorizer.requestResource` variable: a `ResourceCheck` of the
@@ -249,6 +252,10 @@ pub struct AuthzValue<'a> {
     name: Cow<'a, str>,
     field_selector: Cow<'a, str>,
     label_selector: Cow<'a, str>,
+    /// The admission request, on the `authorizer` variable: selecting
+    /// `requestResource` on it gives the `authorizer.requestResource`
+    /// variable (an activation may resolve that name by selection).
+    request: Option<&'a AdmissionRequest>,
 }
 
 impl std::fmt::Debug for AuthzValue<'_> {
@@ -288,6 +295,7 @@ impl<'a> AuthzValue<'a> {
             name: Cow::Borrowed(""),
             field_selector: Cow::Borrowed(""),
             label_selector: Cow::Borrowed(""),
+            request: None,
         }
     }
 
@@ -435,9 +443,18 @@ impl Indexer for AuthzValue<'_> {
     where
         Self: 'v,
     {
-        match idx.downcast_ref::<Operation>() {
-            Some(op) => self.apply(op).map(CowVal::Owned),
-            None => Err(no_field(idx)),
+        if let Some(op) = idx.downcast_ref::<Operation>() {
+            return self.apply(op).map(CowVal::Owned);
+        }
+        let field = idx.downcast_ref::<CelString>().map(|f| f.inner());
+        match (self.stage, &self.principal, self.request, field) {
+            (Stage::Authorizer, Principal::Request(_), Some(request), Some("requestResource")) => {
+                Ok(CowVal::Owned(request_resource_value(
+                    self.authorizer,
+                    request,
+                )))
+            }
+            _ => Err(no_field(idx)),
         }
     }
 
@@ -1022,6 +1039,43 @@ mod tests {
         ]);
     }
 
+    // An activation may resolve `authorizer.requestResource` by selecting
+    // `requestResource` on `authorizer`: the root authorizer answers it with
+    // the request's ResourceCheck (and only the root one).
+    #[test]
+    fn request_resource_is_a_field_of_the_request_authorizer() {
+        let authz = Fake::allow_match(resource(
+            "",
+            "endpoints",
+            "scale",
+            "default",
+            "endpoints1",
+            "update",
+        ));
+        let request = endpoint_create();
+        let env = CelEnvironment::shared();
+        let mut ctx = env.context();
+        ctx.add_variable_as_val(AUTHORIZER_VAR, authorizer_value(&authz, &request));
+        let value = |src: &str| {
+            let expr = env.compile(src).unwrap();
+            expr.evaluate(&ctx)
+                .map(|v| v.downcast_ref::<CelBool>().map(|b| *b.inner()))
+                .map_err(|e| error_text(&e))
+        };
+        assert_eq!(
+            value("authorizer.requestResource.subresource('scale').check('update').allowed()"),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            value("authorizer.requestResource.check('update').allowed()"),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            value("authorizer.serviceAccount('ns', 'sa').requestResource"),
+            Err("undefined field 'requestResource'".into())
+        );
+    }
+
     #[test]
     fn type_names_are_upstreams() {
         let d = || Fake::answering(Decision::deny(""));
@@ -1101,7 +1155,12 @@ mod tests {
                 r(),
                 Err("no such overload"),
             ),
-            ("'x'.check('get')", d(), r(), Err("no such overload")),
+            (
+                "'x'.check('get')",
+                d(),
+                r(),
+                Err("found no matching overload for 'check' applied to 'string.(string)'"),
+            ),
             ("authorizer.foo", d(), r(), Err("undefined field 'foo'")),
             (
                 "authorizer.group('').resource('pods').check('get').foo",

@@ -90,9 +90,20 @@ fn compare(a: &dyn Val, b: &dyn Val) -> Option<Ordering> {
     a.as_comparer()?.compare(b).ok()
 }
 
+/// cel-go's text when no overload is declared for the list's elements
+/// (`no such overload: sum(list)`).
+fn no_overload_for_list(function: &str) -> ExecutionError {
+    ExecutionError::function_error(function, format!("no such overload: {function}(list)"))
+}
+
 /// Checks that the overload chosen by the first element exists and that
 /// every element is a `traits.Comparer`.
 fn check_comparable(items: &[&dyn Val], function: &str) -> Result<(), ExecutionError> {
+    if let Some(first) = items.first() {
+        if !is_comparable_kind(first.get_type().kind()) {
+            return Err(no_overload_for_list(function));
+        }
+    }
     for item in items {
         if !is_comparable_kind(item.get_type().kind()) || item.as_comparer().is_none() {
             return Err(no_such_overload(function));
@@ -137,7 +148,7 @@ fn sum<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionErr
         Some(Kind::UInt) => Total::UInt(0),
         Some(Kind::Double) => Total::Double(0.0),
         Some(Kind::Duration) => Total::Duration(CelDuration::default()),
-        Some(_) => return Err(no_such_overload("sum")),
+        Some(_) => return Err(no_overload_for_list("sum")),
     };
     for item in items {
         total = match total {

@@ -7,6 +7,7 @@ pub mod format;
 pub mod ip;
 pub mod lists;
 pub mod math;
+pub mod optional_lists;
 pub mod quantity;
 pub mod regex;
 pub mod semver;
@@ -14,13 +15,50 @@ pub mod sets;
 pub mod urls;
 
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
-use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString};
+use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use std::collections::HashMap;
 
+/// Registers, before the crate's extensions, the overloads that must take
+/// precedence over theirs (the first declared overload that accepts the
+/// arguments is the one called).
+pub fn register_before_extensions(env: &mut Env) -> Result<(), DeclarationError> {
+    optional_lists::register_range(env)
+}
+
+/// The crate's strings extension as cel-go's `ext.Strings(ext.StringsVersion(2))`,
+/// which kube-apiserver 1.36's base environment enables: without
+/// `string.reverse()` (version 3). The extension declares `reverse` last; a
+/// `reverse` on `string` declared first, which no overload accepts at run
+/// time (cel-go: `no such overload: reverse(string)`), makes its declaration
+/// a duplicate, and the check refuses `'abc'.reverse()` as upstream's does.
+pub fn add_strings_v2(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_member_overload(
+        "reverse",
+        "kmutate_string_reverse_absent",
+        STRING_TYPE,
+        vec![],
+        |args| {
+            let types: Vec<&str> = args.iter().map(|a| a.get_type().name()).collect();
+            Err(ExecutionError::function_error(
+                "reverse",
+                format!("no such overload: reverse({})", types.join(", ")),
+            ))
+        },
+    )?;
+    match env.add_extension(cel::extensions::strings) {
+        Err(DeclarationError::DuplicateOverload { function, .. }) if function == "reverse" => {
+            Ok(())
+        }
+        Ok(()) => panic!("the strings extension no longer declares string.reverse()"),
+        Err(e) => Err(e),
+    }
+}
+
 /// Registers the functions on `env`.
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
+    optional_lists::register(env)?;
     lists::register(env)?;
     regex::register(env)?;
     sets::register(env)?;
