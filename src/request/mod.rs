@@ -299,7 +299,7 @@ struct CelRequestView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     dry_run: Option<&'a bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    options: Option<&'a Value>,
+    options: Option<Value>,
 }
 
 /// Which top-level fields of the CEL `request` variable to build.
@@ -367,17 +367,56 @@ impl AdmissionRequest {
                 .then_some(self.namespace.as_str()),
             operation: want("operation", true).then_some(self.operation.as_str()),
             user_info: want("userInfo", true).then_some(&self.user_info),
-            dry_run: self.dry_run.as_ref().filter(|_| fields.wants("dryRun")),
-            options: self.options.as_ref().filter(|_| fields.wants("options")),
+            // Upstream's `CreateAdmissionRequest` always sets these two:
+            // false, and the operation's options, when the review omits them.
+            dry_run: fields
+                .wants("dryRun")
+                .then_some(self.dry_run.as_ref().unwrap_or(&false)),
+            options: fields
+                .wants("options")
+                .then(|| match &self.options {
+                    Some(o) => Some(o.clone()),
+                    None => default_options(&self.operation),
+                })
+                .flatten(),
         })
         .unwrap_or(Value::Null)
     }
+}
+
+/// The options upstream gives an operation's request when none were sent:
+/// `CreateOptions`, `UpdateOptions`, `DeleteOptions` (meta.k8s.io/v1); a
+/// CONNECT's options are its kind's own, so none is made up.
+fn default_options(operation: &str) -> Option<Value> {
+    let kind = match operation {
+        "CREATE" => "CreateOptions",
+        "UPDATE" => "UpdateOptions",
+        "DELETE" => "DeleteOptions",
+        _ => return None,
+    };
+    Some(serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": kind}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // Upstream's `CreateAdmissionRequest`: every field but the objects,
+    // the empty optional ones left out; dryRun and options always there
+    // (maporacle: `request.dryRun` is false and `request.options.kind`
+    // is CreateOptions on a CREATE that sent neither).
+    #[test]
+    fn dry_run_and_options_are_always_there() {
+        let request: AdmissionRequest =
+            serde_json::from_value(json!({"uid": "u", "operation": "CREATE"})).unwrap();
+        let only = |f: &str| request.cel_request_json(&RequestFields::Only([f.to_string()].into()));
+        assert_eq!(only("dryRun"), json!({"dryRun": false}));
+        assert_eq!(
+            only("options"),
+            json!({"options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}})
+        );
+    }
 
     // Upstream's `CreateAdmissionRequest`: every field but the objects,
     // the empty optional ones left out.
@@ -397,7 +436,10 @@ mod tests {
         let mut sent = whole.clone();
         sent["object"] = json!({"kind": "Scale"});
         let request: AdmissionRequest = serde_json::from_value(sent).expect("a request");
-        assert_eq!(request.cel_request_json(&RequestFields::All), whole);
+        // Sent without options, it has the operation's (CreateAdmissionRequest).
+        let mut with_options = whole.clone();
+        with_options["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
+        assert_eq!(request.cel_request_json(&RequestFields::All), with_options);
         let only = |fields: &[&str]| {
             let fields = fields.iter().map(|f| f.to_string()).collect();
             request.cel_request_json(&RequestFields::Only(fields))
