@@ -908,7 +908,14 @@ impl PolicySet {
             // Upstream matchconditions.Matcher: any false skips the policy;
             // an error counts only when no condition is false.
             if !compiled.match_conditions.is_empty() {
-                let act = inputs
+                // Upstream's condition matcher evaluates with no Namespace
+                // (`ForInput` with a nil namespace): `namespaceObject` is
+                // null there, and in the variables evaluated for it.
+                let match_inputs = InvocationInputs {
+                    namespace_object: &null,
+                    ..inputs
+                };
+                let act = match_inputs
                     .activation(&versioned, &compiled.match_access)
                     .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
                 let mut first_error: Option<String> = None;
