@@ -161,7 +161,8 @@ pub(crate) fn check(
             stage: CompileStage::Compilation,
         });
     }
-    match first_bad_constant_regex(ast) {
+    let ctx = Context::with_env(env.clone());
+    match plan(ast, &ctx).err() {
         Some(message) => Err(CompileError {
             message,
             stage: CompileStage::ProgramInstantiation,
@@ -797,25 +798,107 @@ fn sample(t: &Ty, text: &str) -> Option<IdedExpr> {
     }
 }
 
-/// The first constant regex pattern, in the order upstream's planner meets
-/// them (depth first, arguments before their call), that does not compile:
-/// the `find`/`findAll` pattern of Kubernetes' regex library (whose
-/// program options compile constant patterns) and the `matches` pattern of
-/// cel-go's `MatchesRegexOptimization` (enabled by `cel.OptOptimize`). The
-/// text is Go's `regexp` error, as upstream reports it.
-fn first_bad_constant_regex(e: &IdedExpr) -> Option<String> {
-    let mut found = None;
+/// What building the program makes of a sub-expression.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Planned {
+    /// A constant: a literal, a list or map literal of constants, or a
+    /// type conversion of a constant, which the planner evaluates.
+    Constant,
+    /// Evaluated when the program runs.
+    Dynamic,
+}
+
+/// The type conversion functions (cel-go `overloads.IsTypeConversionFunction`).
+const CONVERSIONS: &[&str] = &[
+    "bool",
+    "bytes",
+    "double",
+    "duration",
+    "dyn",
+    "int",
+    "string",
+    "timestamp",
+    "type",
+    "uint",
+];
+
+/// Plans `e` as upstream's program planner does (depth first, arguments
+/// before their call), with the decorators Kubernetes enables; the first
+/// error it reports:
+///
+/// - a constant `find`/`findAll` pattern of Kubernetes' regex library
+///   (whose program options compile constant patterns) and a constant
+///   `matches` pattern (cel-go's `MatchesRegexOptimization`, enabled by
+///   `cel.OptOptimize`) that does not compile, in Go's `regexp` words;
+/// - a type conversion of a constant that fails: `cel.OptOptimize` folds
+///   constant list and map literals and conversions of constants
+///   (`int('4x')`: `type conversion error from 'string' to 'int'`).
+fn plan(e: &IdedExpr, ctx: &Context) -> Result<Planned, String> {
+    let mut children = Vec::new();
+    let mut failed = None;
     super::for_each_child(e, &mut |c| {
-        if found.is_none() {
-            found = first_bad_constant_regex(c);
+        if failed.is_none() {
+            match plan(c, ctx) {
+                Ok(p) => children.push(p),
+                Err(m) => failed = Some(m),
+            }
         }
     });
-    if found.is_some() {
-        return found;
+    if let Some(m) = failed {
+        return Err(m);
     }
-    let Expr::Call(call) = &e.expr else {
-        return None;
-    };
+    let all_constant = children.iter().all(|p| *p == Planned::Constant);
+    match &e.expr {
+        Expr::Literal(_) => Ok(Planned::Constant),
+        Expr::List(l) if l.optional_indices.is_empty() && all_constant => Ok(Planned::Constant),
+        Expr::Map(m)
+            if all_constant
+                && m.entries
+                    .iter()
+                    .all(|en| matches!(&en.expr, EntryExpr::MapEntry(me) if !me.optional)) =>
+        {
+            Ok(Planned::Constant)
+        }
+        Expr::Call(call) => {
+            if let Some(m) = bad_constant_regex(call) {
+                return Err(m);
+            }
+            let name = call.func_name.as_str();
+            if call.target.is_some()
+                || call.args.len() != 1
+                || !all_constant
+                || !CONVERSIONS.contains(&name)
+            {
+                return Ok(Planned::Dynamic);
+            }
+            match cel::Value::resolve_val(e, ctx) {
+                Ok(_) => Ok(Planned::Constant),
+                Err(err) => {
+                    let arg = cel::Value::resolve_val(&call.args[0], ctx).ok();
+                    Err(conversion_error(name, arg.as_deref(), &err))
+                }
+            }
+        }
+        _ => Ok(Planned::Dynamic),
+    }
+}
+
+/// cel-go's text for the conversion `function(arg)` that failed with `err`.
+fn conversion_error(function: &str, arg: Option<&dyn super::Val>, err: &ExecutionError) -> String {
+    let arg_type = arg.map(|a| a.get_type().name().to_string());
+    match (arg_type.as_deref(), err) {
+        (Some("string"), _) if matches!(function, "int" | "uint" | "double" | "bool") => {
+            format!("type conversion error from 'string' to '{function}'")
+        }
+        (Some(t), ExecutionError::NoSuchOverload(_)) => {
+            format!("no such overload: {function}({t})")
+        }
+        _ => super::error_text(err),
+    }
+}
+
+/// The pattern error of a constant `find`/`findAll`/`matches` pattern.
+fn bad_constant_regex(call: &CallExpr) -> Option<String> {
     if !matches!(call.func_name.as_str(), "find" | "findAll" | "matches") {
         return None;
     }
@@ -1169,6 +1252,54 @@ mod tests {
         compiles("object.metadata.name.find(object.spec.pattern) == ''");
     }
 
+    // `cel.OptOptimize` folds conversions of constants when the program is
+    // built; `plugin/cel/compile.go` reports a failure as `program
+    // instantiation failed: `. Expectations from maporacle (v0.36.2).
+    #[test]
+    fn failing_conversions_of_constants() {
+        for (src, message) in [
+            ("int('4x')", "type conversion error from 'string' to 'int'"),
+            ("uint('x')", "type conversion error from 'string' to 'uint'"),
+            (
+                "double('x')",
+                "type conversion error from 'string' to 'double'",
+            ),
+            (
+                "bool('yes')",
+                "type conversion error from 'string' to 'bool'",
+            ),
+            ("int(1e19)", "integer overflow"),
+            ("int(-1e19)", "integer overflow"),
+            ("int(18446744073709551615u)", "integer overflow"),
+            ("uint(-1)", "unsigned integer overflow"),
+            ("uint(-1.5)", "unsigned integer overflow"),
+            (
+                "string(b'\\xff')",
+                "invalid UTF-8 in bytes, cannot convert to string",
+            ),
+            ("string(null)", "no such overload: string(null_type)"),
+            ("int(dyn([1]))", "no such overload: int(list)"),
+            // Constant list literals and conversions nest.
+            (
+                "dyn([int('x')])",
+                "type conversion error from 'string' to 'int'",
+            ),
+            (
+                "[int('x'), 1 / 0]",
+                "type conversion error from 'string' to 'int'",
+            ),
+        ] {
+            assert_eq!(
+                error(src),
+                format!("program instantiation failed: {message}"),
+                "{src}"
+            );
+        }
+        // Not constant: an error when evaluated.
+        compiles("int(string(1) + 'x') == 1");
+        compiles("int(object.spec.n) == 1");
+    }
+
     // cel-go `cel/validator_test.go`,
     // `TestValidateHomogeneousAggregateLiterals`: Kubernetes enables
     // `cel.HomogeneousAggregateLiterals()` in its base environment from 1.0
@@ -1327,7 +1458,7 @@ mod tests {
             "jsonpatch.escapeKey('a/b')",
             "'abc'.startsWith('a') && 'abc'.matches('^a')",
             "1 < 2.0 && 1u < 2",
-            "1 / 0 == 1 || int('x') == 1",
+            "1 / 0 == 1 || int(object.x) == 1",
             "1 == 1.0 && int('1') == 1u",
             "[1, 2].all(i, v, v > i) && {'a': 1}.transformMap(k, v, v + 1) == {'a': 2}",
             "object.spec.replicas > 1 && has(object.metadata.labels)",
