@@ -38,6 +38,33 @@ status and examples.",
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Most YAML documents read from one file (policies, bindings,
+    /// resources, cases); a file over it is refused, the others load.
+    #[arg(long, global = true, default_value_t = kmutate::api::load::FileLimits::DEFAULT.max_documents)]
+    max_file_documents: usize,
+    /// Most bytes read from one file (a number, or with Ki, Mi or Gi).
+    #[arg(long, global = true, default_value = "64Mi", value_parser = parse_bytes)]
+    max_file_bytes: usize,
+}
+
+/// `65536`, `64Ki`, `64Mi`, `1Gi`.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number of bytes, e.g. 64Mi"))?;
+    let scale: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(format!("{text:?}: the unit must be Ki, Mi or Gi")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?}: too large"))
 }
 
 #[derive(Subcommand)]
@@ -255,6 +282,10 @@ struct CheckArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    kmutate::api::load::set_file_limits(kmutate::api::load::FileLimits {
+        max_documents: cli.max_file_documents,
+        max_bytes: cli.max_file_bytes,
+    });
     let result = match cli.command {
         Command::Apply(a) => apply(a),
         Command::Conformance(c) => conformance_cmd(c),

@@ -7,6 +7,57 @@
 use super::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
 use std::path::{Path, PathBuf};
 
+/// How much one file may hold: sized for real bundles (`kubectl get -o
+/// yaml` of thousands of policies, generated per-tenant sets), while a
+/// YAML bomb or a runaway file is still refused, with its name and the
+/// limit, and the other files load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileLimits {
+    /// Documents in one file.
+    pub max_documents: usize,
+    /// Bytes of one file.
+    pub max_bytes: usize,
+}
+
+impl FileLimits {
+    /// 100,000 documents and 64 MiB a file.
+    pub const DEFAULT: FileLimits = FileLimits {
+        max_documents: 100_000,
+        max_bytes: 64 * 1024 * 1024,
+    };
+
+    /// The parser's budget for a text of `len` bytes: documents as set;
+    /// nodes and events in proportion to the size (every node takes a few
+    /// bytes), never under the parser's defaults; alias and anchor limits
+    /// (what a bomb abuses) as the parser sets them.
+    fn budget(&self, len: usize) -> serde_saphyr::Budget {
+        let mut budget = serde_saphyr::Budget::default();
+        budget.max_documents = self.max_documents;
+        budget.max_nodes = budget.max_nodes.max(len / 2);
+        budget.max_events = budget.max_events.max(len);
+        budget
+    }
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        FileLimits::DEFAULT
+    }
+}
+
+static LIMITS: std::sync::RwLock<FileLimits> = std::sync::RwLock::new(FileLimits::DEFAULT);
+
+/// Sets the limits every later read of a file applies (the CLI's
+/// `--max-file-documents` and `--max-file-bytes`).
+pub fn set_file_limits(limits: FileLimits) {
+    *LIMITS.write().unwrap_or_else(|e| e.into_inner()) = limits;
+}
+
+/// The limits in force.
+pub fn file_limits() -> FileLimits {
+    *LIMITS.read().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A problem found while loading; loading goes on past it.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum LoadError {
@@ -245,6 +296,11 @@ pub const MAX_DEPTH: usize = 512;
 
 /// Parses YAML (a JSON document is YAML too) into JSON values, one per document.
 pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    parse_documents_with(text, file_limits())
+}
+
+/// [`parse_documents`] under `limits`.
+fn parse_documents_with(text: &str, limits: FileLimits) -> Result<Vec<serde_json::Value>, String> {
     if let Some(depth) = nesting_exceeds(text, MAX_DEPTH) {
         return Err(format!(
             "line {depth}: nesting deeper than {MAX_DEPTH} levels is not accepted"
@@ -257,8 +313,27 @@ pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
             return Ok(vec![v]);
         }
     }
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| e.to_string())?;
+    if text.len() > limits.max_bytes {
+        return Err(format!(
+            "{} bytes, over the limit of {} bytes a file (--max-file-bytes)",
+            text.len(),
+            limits.max_bytes
+        ));
+    }
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(limits.budget(text.len()));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(text, options)
+        .map_err(|e| {
+            let message = e.to_string();
+            if message.contains("Documents") {
+                format!(
+                    "more than {} documents, the limit a file (--max-file-documents)",
+                    limits.max_documents
+                )
+            } else {
+                message
+            }
+        })?;
     Ok(docs)
 }
 
@@ -313,6 +388,44 @@ fn nesting_exceeds(text: &str, limit: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bundles_load_and_files_over_the_limits_are_refused_by_name() {
+        let doc = |i: usize| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\ndata: {{a: b, c: d}}\n"
+            )
+        };
+        // Past the parser's default of 1,024 documents and 250,000 nodes.
+        let many: Vec<String> = (0..30_000).map(doc).collect();
+        let text = many.join("---\n");
+        let docs = parse_documents_with(&text, FileLimits::DEFAULT).unwrap();
+        assert_eq!(docs.len(), 30_000);
+        let few = FileLimits {
+            max_documents: 100,
+            ..FileLimits::DEFAULT
+        };
+        let e = parse_documents_with(&text, few).unwrap_err();
+        assert_eq!(
+            e,
+            "more than 100 documents, the limit a file (--max-file-documents)"
+        );
+        let small = FileLimits {
+            max_bytes: 1000,
+            ..FileLimits::DEFAULT
+        };
+        let e = parse_documents_with(&text, small).unwrap_err();
+        assert!(
+            e.ends_with("over the limit of 1000 bytes a file (--max-file-bytes)"),
+            "{e}"
+        );
+        // The alias limits against YAML bombs stay as the parser sets them.
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (i, prev) in ('b'..='j').zip('a'..) {
+            bomb.push_str(&format!("{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        assert!(parse_documents_with(&bomb, FileLimits::DEFAULT).is_err());
+    }
 
     #[test]
     fn multi_document_yaml() {
