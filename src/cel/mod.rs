@@ -157,7 +157,7 @@ impl CelEnvironment {
     fn build() -> CelEnvironment {
         let mut env = Env::stdlib();
         library::register_before_extensions(&mut env).expect("kmutate library registers once");
-        library::add_strings_v2(&mut env).expect("strings extension registers once");
+        library::strings::add_strings_v2(&mut env).expect("strings extension registers once");
         // cel-go `ext.Lists` (ListsVersion 3) is in kube-apiserver 1.36's base environment.
         env.add_extension(cel::extensions::lists)
             .expect("lists extension registers once");
@@ -166,6 +166,8 @@ impl CelEnvironment {
         env.add_type(object_types::JsonPatchStructType::default())
             .expect("JSONPatch type registers once");
         library::register(&mut env).expect("kmutate library registers once");
+        // cel-go keeps the last entry of a map literal that repeats a key.
+        env.set_error_on_duplicate_map_keys(false);
         cost::register(&mut env).expect("cost functions register once");
         CelEnvironment { env: Arc::new(env) }
     }
@@ -446,7 +448,14 @@ pub fn error_text(e: &ExecutionError) -> String {
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
         ExecutionError::DivisionByZero(_) => "division by zero".into(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".into(),
+        ExecutionError::Overflow(_, cel::Value::UInt(_), _) => "unsigned integer overflow".into(),
         ExecutionError::Overflow(_, _, _) => "integer overflow".into(),
+        ExecutionError::IndexOutOfBounds(cel::Value::Int(i)) => format!("index out of bounds: {i}"),
+        ExecutionError::UnsupportedIndex(cel::Value::Float(f), cel::Value::List(_)) => {
+            format!("unsupported index value {f} in list")
+        }
+        // cel-go's operators on values of other types (`dyn(1) + dyn(1.0)`).
+        ExecutionError::UnsupportedBinaryOperator(..) => "no such overload".into(),
         ExecutionError::NoSuchOverload(o) => format!("no such overload: {o}"),
         ExecutionError::UndeclaredReference(n) => format!("no such attribute: {n}"),
         ExecutionError::FunctionError { message, .. } => message.clone(),
@@ -689,6 +698,29 @@ mod tests {
         ] {
             let e = env.compile(src).unwrap_err().to_string();
             assert!(e.contains(message), "{src}: {e}");
+        }
+    }
+
+    // cel-go's run-time texts and results (maporacle, k8s.io/apiserver v0.36.2).
+    #[test]
+    fn runtime_errors_and_results_in_cel_go_words() {
+        for (src, expected) in [
+            ("[1, 2, 3][3]", Err("index out of bounds: 3")),
+            ("[1, 2, 3][-1]", Err("index out of bounds: -1")),
+            (
+                "dyn([1, 2, 3])[dyn(1.5)]",
+                Err("unsupported index value 1.5 in list"),
+            ),
+            ("1u - 2u", Err("unsigned integer overflow")),
+            ("9223372036854775807 + 1", Err("integer overflow")),
+            ("dyn(1) + dyn(1.0)", Err("no such overload")),
+            (
+                "{'a': 'x', 'b': 'x'}.transformMapEntry(k, v, {v: k})",
+                Err("insert failed: key x already exists"),
+            ),
+            ("{'a': 1, 'a': 2}", Ok(json!({"a": 2}))),
+        ] {
+            assert_eq!(eval_json(src), expected.map_err(str::to_string), "{src}");
         }
     }
 

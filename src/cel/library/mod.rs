@@ -12,10 +12,11 @@ pub mod quantity;
 pub mod regex;
 pub mod semver;
 pub mod sets;
+pub mod strings;
 pub mod urls;
 
 use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
-use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString, STRING_TYPE};
+use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use std::collections::HashMap;
@@ -24,36 +25,8 @@ use std::collections::HashMap;
 /// precedence over theirs (the first declared overload that accepts the
 /// arguments is the one called).
 pub fn register_before_extensions(env: &mut Env) -> Result<(), DeclarationError> {
-    optional_lists::register_range(env)
-}
-
-/// The crate's strings extension as cel-go's `ext.Strings(ext.StringsVersion(2))`,
-/// which kube-apiserver 1.36's base environment enables: without
-/// `string.reverse()` (version 3). The extension declares `reverse` last; a
-/// `reverse` on `string` declared first, which no overload accepts at run
-/// time (cel-go: `no such overload: reverse(string)`), makes its declaration
-/// a duplicate, and the check refuses `'abc'.reverse()` as upstream's does.
-pub fn add_strings_v2(env: &mut Env) -> Result<(), DeclarationError> {
-    env.add_member_overload(
-        "reverse",
-        "kmutate_string_reverse_absent",
-        STRING_TYPE,
-        vec![],
-        |args| {
-            let types: Vec<&str> = args.iter().map(|a| a.get_type().name()).collect();
-            Err(ExecutionError::function_error(
-                "reverse",
-                format!("no such overload: reverse({})", types.join(", ")),
-            ))
-        },
-    )?;
-    match env.add_extension(cel::extensions::strings) {
-        Err(DeclarationError::DuplicateOverload { function, .. }) if function == "reverse" => {
-            Ok(())
-        }
-        Ok(()) => panic!("the strings extension no longer declares string.reverse()"),
-        Err(e) => Err(e),
-    }
+    optional_lists::register_range(env)?;
+    strings::register_index_of(env)
 }
 
 /// Registers the functions on `env`.
@@ -127,6 +100,23 @@ fn entries<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Executio
     Ok(CowVal::owned(CelList::from(out)))
 }
 
+/// A map key as cel-go's errors print it (Go's `%v`: `x`, `1`, `true`).
+fn key_text(key: &dyn Val) -> String {
+    if let Some(s) = key.downcast_ref::<CelString>() {
+        return s.inner().to_string();
+    }
+    if let Some(i) = key.downcast_ref::<CelInt>() {
+        return i.inner().to_string();
+    }
+    if let Some(u) = key.downcast_ref::<types::CelUInt>() {
+        return u.inner().to_string();
+    }
+    if let Some(b) = key.downcast_ref::<types::CelBool>() {
+        return b.inner().to_string();
+    }
+    format!("{key:?}")
+}
+
 fn map_insert<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let value = args.pop().expect("three arguments").into_owned();
     let key: CelMapKey<'v> = args.pop().expect("three arguments").try_into()?;
@@ -143,7 +133,10 @@ fn map_insert<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, E
     if inner.contains_key(&key) {
         return Err(ExecutionError::function_error(
             "transformMap",
-            format!("insert failed: key {:?} already exists", key.inner()),
+            format!(
+                "insert failed: key {} already exists",
+                key_text(key.inner())
+            ),
         ));
     }
     inner.insert(key, value);
@@ -158,7 +151,7 @@ fn map_merge<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execut
                 if inner.contains_key(k) {
                     return Err(ExecutionError::function_error(
                         "transformMapEntry",
-                        format!("insert failed: key {:?} already exists", k.inner()),
+                        format!("insert failed: key {} already exists", key_text(k.inner())),
                     ));
                 }
                 inner.insert(k.clone(), v.clone_as_boxed());

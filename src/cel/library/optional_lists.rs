@@ -46,7 +46,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
 }
 
 /// cel-go's run-time text for a call no overload accepts: `name(types)`.
-fn no_overload(function: &str, args: &[CowVal<'_, '_>]) -> ExecutionError {
+pub(super) fn no_overload(function: &str, args: &[CowVal<'_, '_>]) -> ExecutionError {
     let types: Vec<&str> = args.iter().map(|a| a.get_type().name()).collect();
     ExecutionError::function_error(
         function,
