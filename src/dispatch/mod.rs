@@ -17,6 +17,7 @@ use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
+use crate::matching::index::{self, ResourceIndex};
 use crate::matching::{self, ObjectSeen, ResourceTable};
 use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
 use crate::mutation::diff::Snapshot;
@@ -265,6 +266,8 @@ pub struct PolicySet {
     request_fields: RequestFields,
     /// Whether an admission may read the request's `oldObject`.
     reads_old_object: bool,
+    /// The bindings each resource can match.
+    index: ResourceIndex,
 }
 
 /// The result of an admission.
@@ -442,15 +445,17 @@ impl PolicySet {
             errors.append(&mut e);
             compiled.push(c);
         }
+        let by_name: HashMap<&str, usize> = compiled
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.policy.name.as_str(), i))
+            .rev()
+            .collect();
         let mut pairs: Vec<(Binding, usize)> = bindings
             .into_iter()
-            .filter_map(|b| {
-                compiled
-                    .iter()
-                    .position(|p| p.policy.name == b.policy_name)
-                    .map(|i| (b, i))
-            })
+            .filter_map(|b| by_name.get(b.policy_name.as_str()).map(|&i| (b, i)))
             .collect();
+        drop(by_name);
         pairs.sort_by(|a, b| {
             (a.0.name.as_str(), a.0.policy_name.as_str())
                 .cmp(&(b.0.name.as_str(), b.0.policy_name.as_str()))
@@ -467,6 +472,17 @@ impl PolicySet {
                     .as_ref()
                     .is_some_and(selects_by_object)
         });
+        // The policy's rules when they name resources, else the binding's.
+        let index = ResourceIndex::new(pairs.iter().map(|(binding, pi)| {
+            index::resource_names(&compiled[*pi].policy.match_constraints.resource_rules).or_else(
+                || {
+                    binding
+                        .match_resources
+                        .as_ref()
+                        .and_then(|m| index::resource_names(&m.resource_rules))
+                },
+            )
+        }));
         (
             PolicySet {
                 env,
@@ -474,6 +490,7 @@ impl PolicySet {
                 policies: compiled,
                 bindings: pairs,
                 reads_old_object,
+                index,
             },
             errors,
         )
@@ -495,20 +512,20 @@ impl PolicySet {
                 results: Vec::new(),
             };
         }
+        let mut results: Vec<Option<BindingMatch>> = Vec::new();
+        results.resize_with(self.bindings.len(), || None);
+        for i in self.index.candidates(&request.resource.resource) {
+            let (binding, pi) = &self.bindings[i];
+            results[i] = Some(BindingMatch::of(
+                &self.policies[*pi].policy,
+                binding,
+                request,
+                ctx,
+            ));
+        }
         Prematch {
             bindings: self.bindings.len(),
-            results: self
-                .bindings
-                .iter()
-                .map(|(binding, pi)| {
-                    Some(BindingMatch::of(
-                        &self.policies[*pi].policy,
-                        binding,
-                        request,
-                        ctx,
-                    ))
-                })
-                .collect(),
+            results,
         }
     }
 
@@ -525,10 +542,14 @@ impl PolicySet {
         if request.operation == "DELETE" || is_policy_object(request) {
             return false;
         }
-        self.bindings.iter().any(|(binding, pi)| {
-            let policy = &self.policies[*pi].policy;
-            BindingMatch::given(policy, binding, request, ctx, ObjectSeen::No).acts()
-        })
+        self.index
+            .candidates(&request.resource.resource)
+            .into_iter()
+            .any(|i| {
+                let (binding, pi) = &self.bindings[i];
+                let policy = &self.policies[*pi].policy;
+                BindingMatch::given(policy, binding, request, ctx, ObjectSeen::No).acts()
+            })
     }
 
     /// The bindings that act on the request `prematch` was made for, in
@@ -662,6 +683,8 @@ impl PolicySet {
     /// changed.
     fn run_passes(&self, state: &mut AdmissionState<'_>, ctx: &AdmissionContext<'_>) -> Outcome {
         let observer = state.observer;
+        // Only the bindings that can match the request's resource.
+        let candidates = self.index.candidates(&state.attrs.resource.resource);
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
             let caching = CachingAuthorizer::new(ctx.authorizer);
@@ -670,7 +693,8 @@ impl PolicySet {
                 ..*ctx
             };
             state.changed = false;
-            for (index, (binding, pi)) in self.bindings.iter().enumerate() {
+            for &index in &candidates {
+                let (binding, pi) = &self.bindings[index];
                 let compiled = &self.policies[*pi];
                 // A Never binding that gave the first pass neither an error
                 // nor a missing param, and whose matching does not read the

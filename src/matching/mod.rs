@@ -5,6 +5,7 @@
 //! the completion of requests a conformance case leaves partial.
 
 mod complete;
+pub mod index;
 mod selector;
 mod table;
 

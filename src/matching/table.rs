@@ -803,6 +803,24 @@ mod tests {
         }
     }
 
+    // The binding index (`matching::index`) files bindings by resource name
+    // and relies on this.
+    #[test]
+    fn equivalent_resources_share_their_resource_name() {
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": false},
+                    {"name": "v2", "served": true, "storage": true}]}});
+        let t = ResourceTable::new(&[crd]);
+        for r in &t.resources {
+            for e in t.equivalents(&r.gvr, "") {
+                assert_eq!(e.gvr.resource, r.gvr.resource, "{:?} ~ {:?}", r.gvr, e.gvr);
+            }
+        }
+    }
+
     #[test]
     fn builtin_equivalents_are_served_versions_in_priority_order() {
         let t = ResourceTable::builtin();
