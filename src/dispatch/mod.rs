@@ -1703,6 +1703,99 @@ mod tests {
         with_context(resources, |ctx| set.admit(request, ctx))
     }
 
+    // The binding index only skips what can never match: over policies and
+    // bindings with every kind of resource rule, every binding outside a
+    // request's candidates neither matches nor fails to.
+    #[test]
+    fn the_binding_index_skips_only_bindings_that_cannot_match() {
+        let rules = [
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]),
+            json!([{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]),
+            json!([{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*/*"]}]),
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "resources": ["pods/*"]}]),
+            json!([{"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*/scale"]}]),
+            json!([{"apiGroups": ["extensions", "apps"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["deployments"]}]),
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "resources": ["namespaces"], "scope": "Cluster"}]),
+            json!([]),
+        ];
+        let mut policies = Vec::new();
+        let mut bindings = Vec::new();
+        for (i, policy_rules) in rules.iter().enumerate() {
+            let doc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicy", "metadata": {"name": format!("p{i}")},
+                "spec": {"matchConstraints": {"resourceRules": policy_rules,
+                        "excludeResourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                            "operations": ["*"], "resources": ["secrets"]}]},
+                    "mutations": [{"patchType": "ApplyConfiguration",
+                        "applyConfiguration": {"expression": "Object{}"}}]}});
+            policies.push(policy_from_json(&doc, SourceRef::default()).expect("valid policy"));
+            for (j, binding_rules) in rules.iter().enumerate() {
+                let mut b = binding(&format!("b{i}-{j}"), &format!("p{i}"));
+                let doc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": b.name},
+                    "spec": {"policyName": b.policy_name,
+                        "matchResources": {"resourceRules": binding_rules}}});
+                b = crate::api::binding_from_json(&doc, SourceRef::default())
+                    .expect("valid binding");
+                bindings.push(b);
+            }
+        }
+        let (set, _) = PolicySet::new(policies, bindings);
+        let resources = ResourceTable::builtin();
+        let requests = [
+            ("", "v1", "configmaps", "", "ConfigMap"),
+            ("", "v1", "pods", "", "Pod"),
+            ("", "v1", "pods", "status", "Pod"),
+            ("apps", "v1", "deployments", "", "Deployment"),
+            ("apps", "v1", "deployments", "scale", "Scale"),
+            ("", "v1", "namespaces", "", "Namespace"),
+            ("", "v1", "secrets", "", "Secret"),
+            ("example.com", "v1", "widgets", "", "Widget"),
+        ];
+        let mut candidates_seen = 0;
+        with_context(&resources, |ctx| {
+            for (group, version, resource, sub, kind) in requests {
+                let namespaced = resource != "namespaces";
+                let mut request = AdmissionRequest {
+                    operation: "CREATE".into(),
+                    namespace: if namespaced {
+                        "default".into()
+                    } else {
+                        String::new()
+                    },
+                    sub_resource: sub.into(),
+                    object: Some(json!({"apiVersion": "v1", "kind": kind,
+                        "metadata": {"name": "x"}})),
+                    ..Default::default()
+                };
+                request.kind.group = group.into();
+                request.kind.version = version.into();
+                request.kind.kind = kind.into();
+                request.resource.group = group.into();
+                request.resource.version = version.into();
+                request.resource.resource = resource.into();
+                let candidates = set.index.candidates(resource);
+                candidates_seen += candidates.len();
+                for (i, (b, pi)) in set.bindings.iter().enumerate() {
+                    if candidates.contains(&i) {
+                        continue;
+                    }
+                    let m = BindingMatch::of(&set.policies[*pi].policy, b, &request, ctx);
+                    let decided_no =
+                        matches!(m.policy, Ok(None)) || matches!(m.binding, Some(Ok(None)));
+                    assert!(
+                        decided_no,
+                        "{resource}/{sub}: binding {} skipped but {}",
+                        b.name,
+                        if m.acts() { "matches" } else { "fails" }
+                    );
+                }
+            }
+        });
+        // Not all of them: the index did narrow.
+        assert!(candidates_seen < requests.len() * set.bindings.len());
+    }
+
     // A mutation that reads no variable is evaluated once and its result
     // kept: every later request must still get the mutation applied to its
     // own object, as if the expression ran again.
