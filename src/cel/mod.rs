@@ -442,6 +442,30 @@ fn max_id(e: &IdedExpr) -> u64 {
     m
 }
 
+/// cel-go's text for an error of the crate's own functions, where it differs.
+fn function_error_text(function: &str, message: &str) -> Option<String> {
+    match function {
+        // A string that does not parse (cel-go's `StringToDuration` and
+        // `StringToTimestamp` conversions).
+        "duration"
+            if message.starts_with("Parsing Error")
+                || message == "range error parsing duration" =>
+        {
+            Some("type conversion error from 'string' to 'google.protobuf.Duration'".into())
+        }
+        "timestamp" if message != "timestamp out of range" => {
+            Some("type conversion error from 'string' to 'google.protobuf.Timestamp'".into())
+        }
+        // `'<pattern>' not a valid regex: ...`: Go's `regexp` error.
+        "matches" => {
+            let pattern = message.strip_prefix('\'')?;
+            let end = pattern.rfind("' not a valid regex")?;
+            library::regex::go_regex_error(&pattern[..end])
+        }
+        _ => None,
+    }
+}
+
 /// An evaluation error in upstream's (cel-go's) words.
 pub fn error_text(e: &ExecutionError) -> String {
     match e {
@@ -458,7 +482,9 @@ pub fn error_text(e: &ExecutionError) -> String {
         ExecutionError::UnsupportedBinaryOperator(..) => "no such overload".into(),
         ExecutionError::NoSuchOverload(o) => format!("no such overload: {o}"),
         ExecutionError::UndeclaredReference(n) => format!("no such attribute: {n}"),
-        ExecutionError::FunctionError { message, .. } => message.clone(),
+        ExecutionError::FunctionError { function, message } => {
+            function_error_text(function, message).unwrap_or_else(|| message.clone())
+        }
         other => other.to_string(),
     }
 }
@@ -719,6 +745,18 @@ mod tests {
                 Err("insert failed: key x already exists"),
             ),
             ("{'a': 1, 'a': 2}", Ok(json!({"a": 2}))),
+            (
+                "duration(string(1) + 'x')",
+                Err("type conversion error from 'string' to 'google.protobuf.Duration'"),
+            ),
+            (
+                "timestamp(string(1) + 'x')",
+                Err("type conversion error from 'string' to 'google.protobuf.Timestamp'"),
+            ),
+            (
+                "'abc'.matches(string(1) + '[')",
+                Err("error parsing regexp: missing closing ]: `[`"),
+            ),
         ] {
             assert_eq!(eval_json(src), expected.map_err(str::to_string), "{src}");
         }

@@ -188,8 +188,14 @@ fn mask_trailing_dash(name: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// apimachinery's `MaxLenError`: label values and name parts.
 fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} bytes")
+}
+
+/// apimachinery's DNS label and subdomain validators' length error.
+fn max_chars_error(n: usize) -> String {
+    format!("must be no more than {n} characters")
 }
 
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -259,7 +265,7 @@ fn matches_label_key(s: &[u8]) -> bool {
 fn is_dns1123_label(s: &[u8]) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 63 {
-        errs.push(max_len_error(63));
+        errs.push(max_chars_error(63));
     }
     if !matches_dns1123_label(s) {
         if matches_dns1123_subdomain(s) {
@@ -278,7 +284,7 @@ fn is_dns1123_label(s: &[u8]) -> Vec<String> {
 fn is_dns1123_subdomain(s: &[u8]) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 253 {
-        errs.push(max_len_error(253));
+        errs.push(max_chars_error(253));
     }
     if !matches_dns1123_subdomain(s) {
         errs.push(regex_error(
@@ -293,7 +299,7 @@ fn is_dns1123_subdomain(s: &[u8]) -> Vec<String> {
 fn is_dns1035_label(s: &[u8]) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 63 {
-        errs.push(max_len_error(63));
+        errs.push(max_chars_error(63));
     }
     if !matches_dns1035_label(s) {
         errs.push(regex_error(
