@@ -47,6 +47,22 @@ struct Cli {
     max_file_bytes: usize,
 }
 
+/// The resource name of `kind` when nothing says it: lower case, plural
+/// by English rules (`Widget` → `widgets`, `Policy` → `policies`,
+/// `Class` → `classes`), as kube's `UnsafeGuessKindToResource`.
+fn guess_resource(kind: &str) -> String {
+    let singular = kind.to_lowercase();
+    if let Some(stem) = singular.strip_suffix('y') {
+        format!("{stem}ies")
+    } else if singular.ends_with('s') {
+        format!("{singular}es")
+    } else if singular.is_empty() {
+        singular
+    } else {
+        format!("{singular}s")
+    }
+}
+
 /// `65536`, `64Ki`, `64Mi`, `1Gi`.
 fn parse_bytes(text: &str) -> Result<usize, String> {
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -358,7 +374,9 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
     let old_object = a.old_object.as_ref().map(read_object).transpose()?;
     let cluster = ClusterObjects::new(resources.resources);
     let table = ResourceTable::new(cluster.crds());
-    let schemas = SchemaStore::with_crds(cluster.crds());
+    // A custom kind whose CRD is not among --resources: a deduced schema,
+    // with a warning (the webhook answers 503, as upstream does).
+    let schemas = SchemaStore::with_crds(cluster.crds()).deducing_unknown_kinds();
     let mut request = AdmissionRequest {
         uid: "kmutate-apply".into(),
         operation: a.operation.clone(),
@@ -372,6 +390,24 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     complete_request(&mut request, &table);
+    let kind = request.kind.clone();
+    if !schemas.has_schema(&kind.group, &kind.version, &kind.kind) {
+        // Its resource name too, as kube's UnsafeGuessKindToResource would.
+        if request.resource.resource.is_empty() {
+            request.resource.group = kind.group.clone();
+            request.resource.version = kind.version.clone();
+            request.resource.resource = guess_resource(&kind.kind);
+        }
+        problems.push(format!(
+            "{}: kind {}/{} {} has no CustomResourceDefinition among --resources: \
+             a deduced schema is used (lists atomic, maps granular), resource {:?}",
+            a.object.display(),
+            kind.group,
+            kind.version,
+            kind.kind,
+            request.resource.resource
+        ));
+    }
     problems.extend(missing_policy_problems(&loaded));
     let observer = ExplainObserver::new(&loaded.policies, &loaded.bindings);
     let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
@@ -600,4 +636,26 @@ fn check(c: CheckArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // k8s.io/apimachinery meta.UnsafeGuessKindToResource's examples.
+    #[test]
+    fn resource_names_are_guessed_as_kube_guesses_them() {
+        assert_eq!(guess_resource("Widget"), "widgets");
+        assert_eq!(guess_resource("NetworkPolicy"), "networkpolicies");
+        assert_eq!(guess_resource("IngressClass"), "ingressclasses");
+        assert_eq!(guess_resource(""), "");
+    }
+
+    #[test]
+    fn byte_sizes_take_binary_units() {
+        assert_eq!(parse_bytes("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("1MB").is_err());
+        assert!(parse_bytes("x").is_err());
+    }
 }

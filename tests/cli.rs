@@ -103,6 +103,53 @@ fn apply_prints_the_mutated_object_and_the_patch() {
     );
 }
 
+// FORMAT.md: a custom kind with no CRD among the resources gets a deduced
+// schema (lists atomic, maps granular) and a warning naming the kind; the
+// expectation is maporacle's with a schema preserving unknown fields
+// (conformance/custom-kind-without-crd.yaml).
+#[test]
+fn apply_deduces_the_schema_of_a_custom_kind_without_its_crd() {
+    let dir = scratch("apply-custom-kind");
+    let p = write(
+        &dir,
+        "policy.yaml",
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [example.com], apiVersions: [v1], operations: [CREATE], resources: [widgets]}]
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{spec: Object.spec{labels: {'b': '2'}, items: [3]}}"}
+"#,
+    );
+    let b = write(
+        &dir,
+        "binding.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: p}\n",
+    );
+    let o = write(
+        &dir,
+        "widget.yaml",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {labels: {a: '1'}, items: [1, 2]}\n",
+    );
+    let out = apply(&p, &b, &o, &["-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["spec"],
+        serde_json::json!({"labels": {"a": "1", "b": "2"}, "items": [3]})
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("kind example.com/v1 Widget has no CustomResourceDefinition"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn apply_exits_1_with_the_denial_message() {
     let policy = POLICY.replace(

@@ -32,8 +32,12 @@ pub struct PreparedCase {
     pub request: AdmissionRequest,
     /// Namespaces, params, CRDs.
     pub cluster: ClusterObjects,
-    /// Schemas (built-ins and the case's CRDs).
+    /// Schemas (built-ins and the case's CRDs; a custom kind with no CRD
+    /// gets the deduced schema).
     pub schemas: SchemaStore,
+    /// What the runner tells about the case besides its result: custom
+    /// kinds run with a deduced schema.
+    pub warnings: Vec<String>,
     /// Resource names and scopes.
     pub resources: ResourceTable,
     /// The case's `authorizer` decisions (none listed: every check denied).
@@ -176,7 +180,7 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
     }
     let cluster = ClusterObjects::new(list(doc, "resources").to_vec());
     let resources = ResourceTable::new(cluster.crds());
-    let schemas = SchemaStore::with_crds(cluster.crds());
+    let schemas = SchemaStore::with_crds(cluster.crds()).deducing_unknown_kinds();
     let mut request: AdmissionRequest = match doc.get("request") {
         Some(r) if !r.is_null() => {
             serde_json::from_value(r.clone()).map_err(|e| format!("request: {e}"))?
@@ -195,11 +199,21 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
     let authorizer = FixedAuthorizer::from_json(doc.get("authorizer").unwrap_or(&Json::Null))
         .map_err(|e| format!("authorizer: {e}"))?;
     let (policies, _compile_errors) = PolicySet::new(policies, bindings);
+    let mut warnings = Vec::new();
+    let kind = &request.kind;
+    if !kind.kind.is_empty() && !schemas.has_schema(&kind.group, &kind.version, &kind.kind) {
+        warnings.push(format!(
+            "kind {}/{} {} has no CustomResourceDefinition among the case's resources: \
+             a deduced schema is used (lists atomic, maps granular)",
+            kind.group, kind.version, kind.kind
+        ));
+    }
     Ok(PreparedCase {
         policies,
         request,
         cluster,
         schemas,
+        warnings,
         resources,
         authorizer,
     })
@@ -207,11 +221,27 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
 
 /// Runs one case and checks its expectation.
 pub fn run_case(case: &Case) -> CaseResult {
+    run_case_warning(case).0
+}
+
+/// [`run_case`], with the case's warnings.
+pub fn run_case_warning(case: &Case) -> (CaseResult, Vec<String>) {
     let prepared = match prepare(case) {
         Ok(p) => p,
-        Err(e) => return CaseResult::Fail(format!("{}: {e}", case.source)),
+        Err(e) => {
+            return (
+                CaseResult::Fail(format!("{}: {e}", case.source)),
+                Vec::new(),
+            )
+        }
     };
-    if let Err(e) = check_decode_claims(case, &prepared) {
+    let warnings = prepared.warnings.clone();
+    (judge(case, &prepared), warnings)
+}
+
+/// The result of the prepared `case`.
+fn judge(case: &Case, prepared: &PreparedCase) -> CaseResult {
+    if let Err(e) = check_decode_claims(case, prepared) {
         return CaseResult::Fail(e);
     }
     let expect = case.doc.get("expect").cloned().unwrap_or(Json::Null);
@@ -474,8 +504,16 @@ pub fn run_all(
                     s.failed += 1;
                     continue;
                 }
-                let result = std::panic::catch_unwind(|| run_case(&case))
-                    .unwrap_or_else(|_| CaseResult::Fail("the evaluator panicked".into()));
+                let (result, warnings) = std::panic::catch_unwind(|| run_case_warning(&case))
+                    .unwrap_or_else(|_| {
+                        (
+                            CaseResult::Fail("the evaluator panicked".into()),
+                            Vec::new(),
+                        )
+                    });
+                for w in &warnings {
+                    writeln!(out, "warning: {}: {w}", case.name)?;
+                }
                 match (result, expected.get(&case.name)) {
                     (CaseResult::Pass, None) => {
                         writeln!(out, "ok {}", case.name)?;
