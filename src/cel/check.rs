@@ -529,8 +529,15 @@ impl Checker<'_> {
             }
             return;
         }
-        // The conditional, and what the rewrites made: left alone.
-        if name == operators::CONDITIONAL || name == operators::NOT_STRICTLY_FALSE {
+        // The conditional is declared on a `bool` condition alone.
+        if name == operators::CONDITIONAL {
+            if types[0] != Ty::Bool {
+                self.no_overload(offset, name, &types, false);
+            }
+            return;
+        }
+        // What the rewrites made: left alone.
+        if name == operators::NOT_STRICTLY_FALSE {
             return;
         }
         // A function may refuse a string for its value (an IP, a version):
@@ -704,6 +711,9 @@ fn probe_fails(probe: &IdedExpr, ctx: &Context) -> bool {
             | ExecutionError::UnsupportedBinaryOperator(..)
             | ExecutionError::ValuesNotComparable(..),
         ) => true,
+        // A global call of a function declared as a member only (`max(1, 2)`):
+        // the crate looks for a function of that name in the context.
+        Err(ExecutionError::UndeclaredReference(_)) => true,
         // The libraries' own `no such overload` (cel-go's text).
         Err(ExecutionError::FunctionError { message, .. }) => {
             message.starts_with("no such overload")
@@ -1402,6 +1412,18 @@ mod tests {
             (
                 "[1, 2].max(3)",
                 "found no matching overload for 'max' applied to 'list(int).(int)'",
+            ),
+            (
+                "1 ? 'yes' : 'no'",
+                "ERROR: <input>:1:3: found no matching overload for '_?_:_' applied to '(int, string, string)'",
+            ),
+            (
+                "max(1, 2)",
+                "ERROR: <input>:1:4: found no matching overload for 'max' applied to '(int, int)'",
+            ),
+            (
+                "getQuery('https://a/?x=1')",
+                "found no matching overload for 'getQuery' applied to '(string)'",
             ),
             (
                 "semver('1.2.3').compareTo('1.2.3')",

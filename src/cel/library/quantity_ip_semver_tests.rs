@@ -800,7 +800,7 @@ fn arbitrary_input_does_not_panic() {
         "quantity('9223372036854775807').add(9223372036854775807).sub(-9223372036854775808)",
         "quantity('-9223372036854775808').sub(-9223372036854775808).asInteger()",
         "quantity('123456789012345678901234567890e2000000000')",
-        "quantity('0.123456789012345678901234567890e-2000000000').sign()",
+        "sign(quantity('0.123456789012345678901234567890e-2000000000'))",
         "quantity('1e2000000000').compareTo(quantity('1.5Gi'))",
         "quantity('1e2000000000').add(quantity('1.5Gi'))",
         "quantity('9Ei').add(quantity('9Ei')).add(quantity('9Ei')).asApproximateFloat()",
