@@ -1061,11 +1061,13 @@ impl PolicySet {
                         let act = inputs.activation(&versioned, &compiled.mutation_access[index]);
                         let result = act
                             .evaluate(expr, |v| match patch_type {
-                                PatchType::ApplyConfiguration => apply_configuration_value(v),
+                                PatchType::ApplyConfiguration => {
+                                    apply_configuration_value(v).map_err(StepError::Policy)
+                                }
                                 PatchType::JsonPatch => json_patch_value(v),
                             })
                             .map_err(|e| {
-                                if act.out_of_budget() {
+                                StepError::Policy(if act.out_of_budget() {
                                     e
                                 } else {
                                     format!(
@@ -1073,7 +1075,7 @@ impl PolicySet {
                                         expr.source(),
                                         e
                                     )
-                                }
+                                })
                             })
                             .and_then(|r| r);
                         // Errors are not kept: an evaluation stopped by the
@@ -1107,7 +1109,7 @@ impl PolicySet {
                     outcome = Err(status);
                     break;
                 };
-                let applied = result.map_err(StepError::Policy).and_then(|m| {
+                let applied = result.and_then(|m| {
                     apply_mutation(
                         &mut versioned,
                         m,
@@ -1457,8 +1459,7 @@ fn apply_mutation(
             Err(JsonPatchError::TestFailed { .. }) => Ok(false),
             Err(JsonPatchError::Panic { .. }) => Err(StepError::Status(StatusError {
                 code: 500,
-                message: "This request caused apiserver to panic. Look in the logs for details."
-                    .into(),
+                message: APISERVER_PANIC.into(),
             })),
             Err(e) => Err(StepError::Policy(format!("JSON Patch: {e}"))),
         },
@@ -1565,27 +1566,27 @@ fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
     })
 }
 
-fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
+fn json_patch_value(v: &dyn Val) -> Result<MutationValue, StepError> {
     let Some(list) = v.downcast_ref::<CelList>() else {
-        return Err(format!(
+        return Err(StepError::Policy(format!(
             "JSONPatch expression must evaluate to list of JSONPatch but got {}",
             v.get_type().name()
-        ));
+        )));
     };
     let mut ops = Vec::with_capacity(list.inner().len());
     for item in list.inner() {
         let Some(st) = as_struct(item.as_ref()).filter(|s| s.name() == JSON_PATCH_TYPE) else {
-            return Err(format!(
+            return Err(StepError::Policy(format!(
                 "JSONPatch expression must evaluate to list of JSONPatch but got element of type {}",
                 item.get_type().name()
-            ));
+            )));
         };
         let string_field = |name: &str| {
             st.field(name)
                 .and_then(|f| f.downcast_ref::<CelString>().map(|s| s.inner().to_string()))
         };
         let value = match st.field("value") {
-            Some(v) => Some(val_to_json(v).map_err(|e| e.to_string())?),
+            Some(v) => Some(patch_value_to_json(v)?),
             None => None,
         };
         ops.push(PatchOperation {
@@ -1596,6 +1597,43 @@ fn json_patch_value(v: &dyn Val) -> Result<MutationValue, String> {
         });
     }
     Ok(MutationValue::Patch(ops))
+}
+
+/// A JSONPatch operation's `value` as JSON, as upstream's
+/// `evaluatePatchExpression` makes it: an `Object...{}` initializer has the
+/// names of the initializers nested in it checked against their field path
+/// from its own name (`CheckTypeNamesMatchFieldPathNames`); a list or map
+/// that holds an initializer (not inside another one) panics upstream's
+/// conversion to a `structpb.Value`, which fails the whole request.
+fn patch_value_to_json(v: &dyn Val) -> Result<Json, StepError> {
+    if let Some(st) = as_struct(v).filter(|s| s.name() != JSON_PATCH_TYPE) {
+        return object_to_json(st).map_err(StepError::Policy);
+    }
+    if holds_initializer(v) {
+        return Err(StepError::Status(StatusError {
+            code: 500,
+            message: APISERVER_PANIC.into(),
+        }));
+    }
+    val_to_json(v).map_err(|e| StepError::Policy(e.to_string()))
+}
+
+/// What kube-apiserver answers a request whose handling panicked.
+const APISERVER_PANIC: &str =
+    "This request caused apiserver to panic. Look in the logs for details.";
+
+/// Whether a list or map `v` holds an `Object...{}` initializer, through
+/// lists and maps only.
+fn holds_initializer(v: &dyn Val) -> bool {
+    use cel::common::types::CelMap;
+    let holds = |item: &dyn Val| as_struct(item).is_some() || holds_initializer(item);
+    if let Some(list) = v.downcast_ref::<CelList>() {
+        list.inner().iter().any(|i| holds(i.as_ref()))
+    } else if let Some(map) = v.downcast_ref::<CelMap>() {
+        map.inner().values().any(|i| holds(i.as_ref()))
+    } else {
+        false
+    }
 }
 
 #[cfg(test)]
