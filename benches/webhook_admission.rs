@@ -6,9 +6,10 @@
 use criterion::{criterion_group, Criterion};
 use kmutate::authorizer::AlwaysDeny;
 use kmutate::dispatch::Outcome;
+use kmutate::engine::{Engine, EngineSources};
 use kmutate::matching::complete_request;
-use kmutate::webhook::engine::{DecodedBody, Engine, EngineSources};
 use kmutate::webhook::review::{self, Answer};
+use kmutate::webhook::review::{decode_review, DecodedBody};
 use std::hint::black_box;
 use std::path::PathBuf;
 
@@ -48,7 +49,7 @@ fn read_review(path: &std::path::Path) -> Vec<u8> {
 #[inline(never)]
 fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     // As the server (src/webhook/server.rs `mutate` and `evaluate`).
-    let mut review = match engine.decode_review(body).expect("fixture decodes") {
+    let mut review = match decode_review(engine, body).expect("fixture decodes") {
         DecodedBody::Unmatched(review) => {
             return review::encode(review.version, &review.request.uid, &Answer::allow())
         }

@@ -10,6 +10,8 @@
 //! - [`schema`]: OpenAPI schemas of built-in kinds and CRDs;
 //! - [`mutation`]: ApplyConfiguration merge and JSON patch application;
 //! - [`dispatch`]: compiled policies, params, variables, reinvocation;
+//! - [`engine`]: the compiled, indexed policy set with the cluster objects,
+//!   swapped whole when a source changes;
 //! - [`explain`]: which policy, binding and mutation changed which fields;
 //! - [`conformance`]: the conformance case runner;
 //! - [`source`]: where `kmutate serve` reads policies from, kept current;
@@ -21,6 +23,7 @@ pub mod authorizer;
 pub mod cel;
 pub mod conformance;
 pub mod dispatch;
+pub mod engine;
 pub mod explain;
 mod gofmt;
 pub mod matching;

@@ -15,9 +15,9 @@
 mod support;
 
 use clap::{Args as _, FromArgMatches as _};
+use kmutate::engine::{Engine, EngineSources};
 use kmutate::webhook::cli::ServeArgs;
 use kmutate::webhook::client::{get_plain, Client};
-use kmutate::webhook::engine::{Engine, EngineSources};
 use kmutate::webhook::metrics::{ErrorType, Metrics, RequestResult};
 use kmutate::webhook::server::{HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH};
 use kmutate::webhook::tls::{self, CertFiles};

@@ -4,7 +4,7 @@
 
 mod support;
 
-use kmutate::webhook::engine::EngineSources;
+use kmutate::engine::EngineSources;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;

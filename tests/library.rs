@@ -243,7 +243,7 @@ fn every_policy_has_a_case_that_changes_the_object_and_one_that_does_not() {
 #[test]
 fn serve_loads_the_default_folders_without_problems() {
     use kmutate::authorizer::AlwaysDeny;
-    use kmutate::webhook::engine::{Engine, EngineSources};
+    use kmutate::engine::{Engine, EngineSources};
     for resources in [vec![], vec![repo("examples/params")]] {
         let sources = EngineSources {
             policies: vec![repo("policies")],

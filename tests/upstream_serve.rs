@@ -22,9 +22,9 @@
 
 mod support;
 
+use kmutate::engine::EngineSources;
 use kmutate::source::api::ApiConfig;
 use kmutate::source::SourceKind;
-use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::{ServeConfig, Server};
 use serde_json::{json, Value};
 use std::path::Path;

@@ -4,8 +4,8 @@
 //! is bounded in time and stops by itself.
 
 use base64::Engine as _;
+use kmutate::engine::EngineSources;
 use kmutate::webhook::client::{get_plain, Client, Connection};
-use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::review::encode_in_request_order;
 use kmutate::webhook::tls::{self, CertFiles};
 use kmutate::webhook::{ServeConfig, Server, TlsSource};

@@ -19,7 +19,6 @@
 use super::check::render_issue;
 use super::CelEnvironment;
 use crate::api::{PatchType, Policy};
-use crate::matching::ResourceTable;
 use crate::request::{GroupVersionKind, GroupVersionResource};
 use crate::schema::model::{SchemaData, TypeSpec};
 use crate::schema::SchemaStore;
@@ -43,11 +42,19 @@ pub struct FieldWarning {
     pub message: String,
 }
 
+/// What the warnings need to know of the resources: the kind each one
+/// serves (the matching stage's resource table answers it; the CEL layer
+/// sits below matching and does not depend on it).
+pub trait ResourceKinds {
+    /// The kind of resource `gvr`, when known.
+    fn kind_of(&self, gvr: &GroupVersionResource) -> Option<GroupVersionKind>;
+}
+
 /// The warnings of every expression of `policy`, against the schemas of the
 /// kinds its `matchConstraints` name; none when some kind is unknown.
 pub fn policy_field_warnings(
     policy: &Policy,
-    table: &ResourceTable,
+    table: &dyn ResourceKinds,
     schemas: &SchemaStore,
 ) -> Vec<FieldWarning> {
     let Some(kinds) = matched_kinds(policy, table, schemas) else {
@@ -109,7 +116,7 @@ struct Kind {
 /// a resource or its schema is unknown.
 fn matched_kinds(
     policy: &Policy,
-    table: &ResourceTable,
+    table: &dyn ResourceKinds,
     schemas: &SchemaStore,
 ) -> Option<Vec<Kind>> {
     let rules = &policy.match_constraints.resource_rules;
@@ -134,7 +141,7 @@ fn matched_kinds(
                         version: version.clone(),
                         resource: resource.clone(),
                     };
-                    let gvk = table.resource(&gvr)?.kind.clone();
+                    let gvk = table.kind_of(&gvr)?;
                     let ty = schemas.lookup(&gvk.group, &gvk.version, &gvk.kind)?;
                     if !kinds.iter().any(|k| k.gvk == gvk) {
                         kinds.push(Kind {
@@ -551,6 +558,7 @@ fn is_two_variable_macro(name: &str, args: usize) -> bool {
 mod tests {
     use super::*;
     use crate::api::{policy_from_json, SourceRef};
+    use crate::matching::ResourceTable;
     use serde_json::{json, Value};
 
     fn policy(rules: Value, expression: &str) -> Policy {

@@ -746,6 +746,12 @@ fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, CrdError> {
         .collect())
 }
 
+impl crate::cel::field_warnings::ResourceKinds for ResourceTable {
+    fn kind_of(&self, gvr: &GroupVersionResource) -> Option<GroupVersionKind> {
+        self.resource(gvr).map(|r| r.kind.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

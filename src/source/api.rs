@@ -138,7 +138,7 @@ impl NamespaceReader {
     }
 }
 
-impl crate::webhook::engine::LiveNamespaces for NamespaceReader {
+impl crate::engine::LiveNamespaces for NamespaceReader {
     fn get(
         &self,
         name: &str,

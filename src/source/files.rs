@@ -15,7 +15,7 @@ use super::{PolicyInputs, Snapshot, Source};
 use crate::api::load::{collect_files, Loaded};
 use crate::cel::CelEnvironment;
 use crate::dispatch::CompiledPolicy;
-use crate::webhook::engine::EngineSources;
+use crate::engine::EngineSources;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -25,8 +25,7 @@ pub mod store;
 
 use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
-use crate::webhook::engine::{CompiledPolicies, Engine, EngineSources, LiveNamespaces};
-use crate::webhook::metrics::Metrics;
+use crate::engine::{CompiledPolicies, Engine, EngineSources, LiveNamespaces, LoadObserver};
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -83,7 +82,7 @@ pub struct Assembler {
     changed: Arc<Notify>,
     authorizer: Arc<dyn Authorizer>,
     slot: Arc<ArcSwapOption<Engine>>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<dyn LoadObserver>>,
     live_namespaces: Option<Arc<dyn LiveNamespaces>>,
 }
 
@@ -108,7 +107,7 @@ impl Assembler {
         changed: Arc<Notify>,
         authorizer: Arc<dyn Authorizer>,
         slot: Arc<ArcSwapOption<Engine>>,
-        metrics: Option<Arc<Metrics>>,
+        metrics: Option<Arc<dyn LoadObserver>>,
     ) -> Assembler {
         Assembler {
             sources,
@@ -186,7 +185,7 @@ impl Assembler {
             // log line or the metric finds the new set in force.
             self.slot.store(Some(engine.clone()));
             if let Some(m) = &self.metrics {
-                m.set_loaded(
+                m.loaded(
                     engine.policies(),
                     engine.bindings(),
                     engine.problems().len(),
@@ -265,7 +264,7 @@ pub async fn start(
     api: &api::ApiConfig,
     authorizer: Arc<dyn Authorizer>,
     slot: Arc<ArcSwapOption<Engine>>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<dyn LoadObserver>>,
 ) -> Result<Running, SourceError> {
     let changed = Arc::new(Notify::new());
     let mut running = Running::default();

@@ -1,13 +1,13 @@
 //! The `serve` and `loadtest` subcommands (their arguments and what they
 //! run); `src/main.rs` only dispatches to them.
 
-use super::engine::EngineSources;
 use super::loadtest::{self, LoadtestConfig};
 use super::server::{self, ServeConfig, TlsSource};
 use super::tls::CertFiles;
 use super::{format_duration, parse_duration};
 use crate::api::load;
 use crate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
+use crate::engine::EngineSources;
 use crate::source::api::ApiConfig;
 use crate::source::SourceKind;
 use anyhow::{anyhow, bail, Context as _, Result};

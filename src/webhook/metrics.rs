@@ -397,6 +397,12 @@ impl Metrics {
 /// The content type of [`Metrics::encode`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+impl crate::engine::LoadObserver for Metrics {
+    fn loaded(&self, policies: usize, bindings: usize, problems: usize) {
+        self.set_loaded(policies, bindings, problems);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

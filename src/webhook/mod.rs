@@ -16,14 +16,15 @@
 
 pub mod cli;
 pub mod client;
-pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 pub mod loadtest;
 pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod tls;
 
-pub use engine::Engine;
+pub use crate::engine::Engine;
 pub use server::{start, ServeConfig, Server, TlsSource};
 
 use std::time::Duration;

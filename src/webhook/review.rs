@@ -4,6 +4,7 @@
 
 use super::MAX_NESTING;
 use crate::dispatch::{AdmissionContext, PolicySet};
+use crate::engine::Engine;
 use crate::matching::complete_request;
 use crate::mutation::diff::Snapshot;
 use crate::request::decode::{
@@ -82,7 +83,7 @@ pub fn decode(body: &[u8]) -> Result<Review, DecodeError> {
 
 /// [`decode`], keeping the request's `oldObject` only when
 /// `old_object_read` (an engine whose policies may read it,
-/// [`crate::webhook::engine::Engine::reads_old_object`]); otherwise it is
+/// [`crate::engine::Engine::reads_old_object`]); otherwise it is
 /// checked as strictly, and left out ([`ObjectChoice::old_object`]).
 pub fn decode_reading_old_object(
     body: &[u8],
@@ -145,6 +146,12 @@ pub enum DecodedBody {
     Unmatched(Review),
     /// A review to admit, its object built; not completed yet.
     Review(Review),
+}
+
+/// Decodes a request body for `engine`, leaving the object of a request
+/// no binding may act on unbuilt ([`decode_for_policies`]).
+pub fn decode_review(engine: &Engine, body: &[u8]) -> Result<DecodedBody, DecodeError> {
+    decode_for_policies(body, engine.policy_set(), &engine.context())
 }
 
 /// Decodes a request body for `policies`: the object of a request none of

@@ -21,14 +21,15 @@
 //! such as `; charset=utf-8` allowed, any case), as kube-apiserver sends it;
 //! another Content-Type, or none, is answered 415.
 
-use super::engine::{DecodedBody, Engine, EngineSources};
 use super::metrics::{ErrorType, Metrics, RequestResult};
 use super::review::{self, Answer};
+use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
 use super::{format_duration, MAX_BODY_BYTES};
 use crate::api::FailurePolicy;
 use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionObserver, Outcome, Prematch};
+use crate::engine::{Engine, EngineSources};
 use crate::matching::complete_request;
 use crate::request::AdmissionRequest;
 use crate::source::api::ApiConfig;
@@ -947,7 +948,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     // Decoding and matching run here, guarded against panics.
     let decode = |engine: &Engine| {
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            engine.decode_review(&body).map(|decoded| match decoded {
+            decode_review(engine, &body).map(|decoded| match decoded {
                 DecodedBody::Unmatched(review) => (review, 0, None, None),
                 DecodedBody::Review(mut review) => {
                     complete_request(&mut review.request, engine.resources());

@@ -3,10 +3,10 @@
 
 use super::fake_api::{FakeApi, Kind};
 use super::{config, until_labels};
+use kmutate::engine::EngineSources;
 use kmutate::source::api::ApiConfig;
 use kmutate::source::SourceKind;
 use kmutate::webhook::client::Connection;
-use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::ServeConfig;
 use serde_json::{json, Value};
 use std::path::Path;

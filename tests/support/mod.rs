@@ -9,8 +9,8 @@ pub mod fake_api;
 pub mod kas;
 
 use base64::Engine as _;
+use kmutate::engine::EngineSources;
 use kmutate::webhook::client::{get_plain, Client, Connection};
-use kmutate::webhook::engine::EngineSources;
 use kmutate::webhook::tls;
 use kmutate::webhook::{start, ServeConfig, Server, TlsSource};
 use serde_json::{json, Value};
