@@ -31,7 +31,7 @@ use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A policy with its expressions compiled.
 #[derive(Debug)]
@@ -57,6 +57,8 @@ pub struct CompiledPolicy {
     /// For each mutation that reads no variable at all (its result is the
     /// same for every request), that result once evaluated.
     constant_results: Vec<Option<OnceLock<MutationValue>>>,
+    /// What compiling it found (kept to report again when reused).
+    compile_errors: Vec<PolicyCompileError>,
 }
 
 /// The JSON inputs of an activation, in this order.
@@ -102,7 +104,7 @@ impl InputAccess {
 
 /// The fields of `request` that any expression of `policies` can read:
 /// the rest of the variable is never built.
-fn request_fields(policies: &[CompiledPolicy]) -> RequestFields {
+fn request_fields(policies: &[Arc<CompiledPolicy>]) -> RequestFields {
     let mut fields = BTreeSet::new();
     let accesses = policies
         .iter()
@@ -243,11 +245,13 @@ impl CompiledPolicy {
                     match_access,
                     mutation_access,
                     constant_results,
+                    compile_errors: Vec::new(),
                 };
                 compiled.reads_request = compiled.reads("request");
                 compiled.reads_namespace_object = compiled.reads("namespaceObject");
                 compiled.reads_old_object = compiled.reads("oldObject");
                 compiled.reads_authorizer = compiled.reads(authz::AUTHORIZER_VAR);
+                compiled.compile_errors = errors.clone();
                 compiled
             },
             errors,
@@ -259,7 +263,7 @@ impl CompiledPolicy {
 #[derive(Debug)]
 pub struct PolicySet {
     env: CelEnvironment,
-    policies: Vec<CompiledPolicy>,
+    policies: Vec<Arc<CompiledPolicy>>,
     /// (binding, index into `policies`), sorted by binding name then policy name.
     bindings: Vec<(Binding, usize)>,
     /// The fields of `request` the policies read.
@@ -437,14 +441,42 @@ impl PolicySet {
         policies: Vec<Policy>,
         bindings: Vec<Binding>,
     ) -> (PolicySet, Vec<PolicyCompileError>) {
+        PolicySet::reusing(policies, bindings, None)
+    }
+
+    /// [`PolicySet::new`], taking from `previous` every policy it compiled
+    /// that is unchanged (same name, same document, same content): when one
+    /// of thousands of policies changes, only that one is compiled again.
+    pub fn reusing(
+        policies: Vec<Policy>,
+        bindings: Vec<Binding>,
+        previous: Option<&PolicySet>,
+    ) -> (PolicySet, Vec<PolicyCompileError>) {
         let env = CelEnvironment::shared();
         let mut errors = Vec::new();
-        let mut compiled = Vec::with_capacity(policies.len());
+        let mut compiled: Vec<Arc<CompiledPolicy>> = Vec::with_capacity(policies.len());
+        let known: HashMap<&str, &Arc<CompiledPolicy>> = previous
+            .map(|p| {
+                p.policies
+                    .iter()
+                    .map(|c| (c.policy.name.as_str(), c))
+                    .collect()
+            })
+            .unwrap_or_default();
         for p in policies {
-            let (c, mut e) = CompiledPolicy::compile(&env, p);
-            errors.append(&mut e);
-            compiled.push(c);
+            match known.get(p.name.as_str()).filter(|c| c.policy == p) {
+                Some(c) => {
+                    errors.extend(c.compile_errors.iter().cloned());
+                    compiled.push(Arc::clone(c));
+                }
+                None => {
+                    let (c, mut e) = CompiledPolicy::compile(&env, p);
+                    errors.append(&mut e);
+                    compiled.push(Arc::new(c));
+                }
+            }
         }
+        drop(known);
         let by_name: HashMap<&str, usize> = compiled
             .iter()
             .enumerate()
@@ -1739,6 +1771,49 @@ mod tests {
     /// cluster objects.
     fn admit(set: &PolicySet, request: &AdmissionRequest, resources: &ResourceTable) -> Outcome {
         with_context(resources, |ctx| set.admit(request, ctx))
+    }
+
+    // One policy of many changing is the only one compiled again; a reused
+    // policy that does not compile is reported again.
+    #[test]
+    fn unchanged_policies_are_reused_not_compiled_again() {
+        let named = |name: &str, expression: &str| {
+            let mut p = configmap_policy(
+                json!([]),
+                json!([{"patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": expression}}]),
+            );
+            p.name = name.to_string();
+            p
+        };
+        let policies = |second: &str| {
+            vec![
+                named("a", "Object{}"),
+                named("b", second),
+                named("broken", "Object{} +"),
+            ]
+        };
+        let bindings = || {
+            vec![
+                binding("a", "a"),
+                binding("b", "b"),
+                binding("broken", "broken"),
+            ]
+        };
+        let (first, errors) = PolicySet::new(policies("Object{}"), bindings());
+        assert_eq!(errors.len(), 1);
+        let (second, errors) = PolicySet::reusing(
+            policies("Object{data: {'x': 'y'}}"),
+            bindings(),
+            Some(&first),
+        );
+        assert_eq!(
+            errors.len(),
+            1,
+            "the reused broken policy is reported again"
+        );
+        let same = |i: usize| Arc::ptr_eq(&first.policies[i], &second.policies[i]);
+        assert!(same(0) && !same(1) && same(2));
     }
 
     // The binding index only skips what can never match: over policies and

@@ -120,6 +120,17 @@ impl CompiledPolicies {
     /// and compile errors (such a policy still loads and fails when
     /// invoked, subject to its failure policy, as upstream's does).
     pub fn compile(policies: Vec<Policy>, bindings: Vec<Binding>, problems: Vec<String>) -> Self {
+        CompiledPolicies::compile_reusing(policies, bindings, problems, None)
+    }
+
+    /// [`CompiledPolicies::compile`], taking every unchanged policy from
+    /// `previous` as it was compiled ([`PolicySet::reusing`]).
+    pub fn compile_reusing(
+        policies: Vec<Policy>,
+        bindings: Vec<Binding>,
+        problems: Vec<String>,
+        previous: Option<&CompiledPolicies>,
+    ) -> Self {
         let mut problems = problems;
         for b in &bindings {
             if !policies.iter().any(|p| p.name == b.policy_name) {
@@ -130,7 +141,7 @@ impl CompiledPolicies {
             }
         }
         let counts = (policies.len(), bindings.len());
-        let (set, errors) = PolicySet::new(policies, bindings);
+        let (set, errors) = PolicySet::reusing(policies, bindings, previous.map(|p| &p.set));
         problems.extend(errors.iter().map(ToString::to_string));
         CompiledPolicies {
             set,

@@ -148,11 +148,14 @@ impl Assembler {
                     && l.inputs.iter().zip(&inputs).all(|(a, b)| Arc::ptr_eq(a, b))
             });
             let previous = reuse.map(|l| l.compiled.clone());
+            // Policies unchanged since the last build are not compiled again.
+            let last_compiled = last.as_ref().map(|l| l.compiled.clone());
             let authorizer = self.authorizer.clone();
             let engine_before = self.slot.load_full();
             let live = self.live_namespaces.clone();
             let build = tokio::task::spawn_blocking(move || {
-                let compiled = previous.unwrap_or_else(|| Arc::new(compile(&inputs)));
+                let compiled = previous
+                    .unwrap_or_else(|| Arc::new(compile(&inputs, last_compiled.as_deref())));
                 let objects = snapshots.into_iter().flat_map(|s| s.objects).collect();
                 let mut engine =
                     Engine::reassemble(compiled, objects, authorizer, engine_before.as_deref());
@@ -218,8 +221,9 @@ impl Assembler {
     }
 }
 
-/// Compiles the policies and bindings of every source together.
-fn compile(inputs: &[Arc<PolicyInputs>]) -> CompiledPolicies {
+/// Compiles the policies and bindings of every source together, reusing
+/// what `previous` compiled of the policies that did not change.
+fn compile(inputs: &[Arc<PolicyInputs>], previous: Option<&CompiledPolicies>) -> CompiledPolicies {
     let mut policies = Vec::new();
     let mut bindings = Vec::new();
     let mut problems = Vec::new();
@@ -228,7 +232,7 @@ fn compile(inputs: &[Arc<PolicyInputs>]) -> CompiledPolicies {
         bindings.extend(i.bindings.iter().cloned());
         problems.extend(i.problems.iter().cloned());
     }
-    CompiledPolicies::compile(policies, bindings, problems)
+    CompiledPolicies::compile_reusing(policies, bindings, problems, previous)
 }
 
 /// The running sources' tasks; dropping it (or [`Running::stop`]) stops them.
