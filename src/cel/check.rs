@@ -59,6 +59,10 @@ pub(crate) struct DeclaredVariables {
     /// Whether `params` is declared: upstream declares it only for a
     /// policy with a `paramKind` (`OptionalVariableDeclarations.HasParams`).
     params: bool,
+    /// Whether `variables` is not declared at all: the match conditions of
+    /// a MutatingAdmissionPolicy, which upstream's validation compiles
+    /// without the policy's variables.
+    no_variables: bool,
 }
 
 impl DeclaredVariables {
@@ -67,6 +71,18 @@ impl DeclaredVariables {
         DeclaredVariables {
             variables: Vec::new(),
             params: has_params,
+            no_variables: false,
+        }
+    }
+
+    /// The declarations of the policy's match conditions: no `variables`
+    /// (upstream's validation refuses `variables.x` there with
+    /// `undeclared reference to 'variables'`).
+    pub(crate) fn for_match_conditions(&self) -> DeclaredVariables {
+        DeclaredVariables {
+            variables: Vec::new(),
+            params: self.params,
+            no_variables: true,
         }
     }
 
@@ -135,13 +151,16 @@ pub(crate) fn check(
     patch_types: bool,
     variables: Option<&DeclaredVariables>,
 ) -> Result<Checked, CompileError> {
-    let scope = variables.map_or_else(Scope::default, |v| Scope::with_variables(&v.variables));
+    let scope = match variables {
+        Some(v) if !v.no_variables => Scope::with_variables(&v.variables),
+        _ => Scope::default(),
+    };
     let mut checker = Checker {
         env,
         info,
         patch_types,
         scope,
-        identifiers: variables.map(|v| v.params),
+        identifiers: variables.map(|v| (v.params, !v.no_variables)),
         type_errors: Vec::new(),
         validator_errors: Vec::new(),
         bool_negations: Vec::new(),
@@ -234,8 +253,9 @@ struct Checker<'a> {
     /// The comprehension variables in scope, with their types.
     scope: Scope,
     /// Whether identifiers are checked (an expression of a policy, whose
-    /// declarations are known), and if so whether `params` is declared.
-    identifiers: Option<bool>,
+    /// declarations are known), and if so whether `params` and `variables`
+    /// are declared.
+    identifiers: Option<(bool, bool)>,
     /// What upstream's type checker reports.
     type_errors: Vec<Issue>,
     /// What upstream's AST validators report (only when the checker found nothing).
@@ -419,7 +439,7 @@ impl Checker<'_> {
     /// cel-go's checker: an identifier nothing declares (`undeclared
     /// reference to 'x' (in container '')`).
     fn check_identifier(&mut self, name: &str, offset: u32) {
-        let Some(params) = self.identifiers else {
+        let Some((params, variables)) = self.identifiers else {
             return;
         };
         // `.request`: an absolute name, never a comprehension variable.
@@ -429,7 +449,7 @@ impl Checker<'_> {
         };
         let declared = name.starts_with('@')
             || (!absolute && self.scope.binds(name))
-            || DECLARED_IDENTIFIERS.contains(&global)
+            || (DECLARED_IDENTIFIERS.contains(&global) && (variables || global != "variables"))
             || (params && global == "params");
         if !declared {
             self.report(

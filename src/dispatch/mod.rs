@@ -186,13 +186,17 @@ impl CompiledPolicy {
                 }
             })
             .collect();
+        let conditions_declared = declared.for_match_conditions();
         let match_conditions: Vec<(String, Result<CompiledExpression, String>)> = policy
             .match_conditions
             .iter()
             .enumerate()
             .map(|(i, c)| {
                 let field = format!("spec.matchConditions[{i}].expression");
-                (c.name.clone(), compile(field, &c.expression, &declared))
+                (
+                    c.name.clone(),
+                    compile(field, &c.expression, &conditions_declared),
+                )
             })
             .collect();
         let mutations: Vec<(PatchType, Result<CompiledExpression, String>)> = policy
