@@ -440,8 +440,14 @@ fn kmutate_dev_crds_serve_when_the_builtin_api_is_absent() {
         );
         let c = ready(fake.clone(), b.clone(), "stage", "PolicyCompileError").await;
         assert!(c["message"].as_str().unwrap().contains("served"), "{c}");
-        let a = create_config_map(&mut conn, "default", "cm", "alice").await;
-        assert!(!a.allowed, "{a:?}");
+        // The condition is written as the new set is built: the set is in
+        // force a moment later.
+        let denied = eventually(Duration::from_secs(30), || async {
+            let a = create_config_map(&mut connect(&server).await, "default", "cm", "alice").await;
+            (!a.allowed).then_some(a)
+        })
+        .await;
+        assert!(denied.is_some(), "a broken Fail policy kept admitting");
         // A binding of a policy that never existed serves nothing.
         let (_, mut orphan) = labelling_policy(V1, "orphan", "orphan", "'x'", None, None);
         orphan["apiVersion"] = json!("kmutate.dev/v1");
