@@ -223,6 +223,69 @@ fn single_variable_exists_one(source: &str) -> Vec<Issue> {
     out
 }
 
+/// The type a policy field's expression must evaluate to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExpectedResult {
+    /// An ApplyConfiguration: `Object` (the root initializer).
+    Object,
+    /// A JSONPatch expression: `list(JSONPatch)`.
+    JsonPatchList,
+    /// A match condition: `bool`.
+    Bool,
+}
+
+/// `must evaluate to X but got Y` when `ast`'s static type is known and is
+/// not `expected`; `None` when it is, or cannot be told.
+pub(crate) fn result_type_error(
+    ast: &IdedExpr,
+    output: &OutputType,
+    expected: ExpectedResult,
+) -> Option<String> {
+    let (wanted, got) = match expected {
+        ExpectedResult::Object => {
+            let got = match &ast.expr {
+                // An initializer: its written name.
+                Expr::Struct(s) if s.type_name == JSON_PATCH_TYPE => JSON_PATCH_TYPE.to_string(),
+                Expr::Struct(s) => written_name(s).filter(|n| n != OBJECT_TYPE)?,
+                _ if output.0.is_concrete() => output.0.name(),
+                _ => return None,
+            };
+            ("Object", got)
+        }
+        ExpectedResult::JsonPatchList => {
+            let got = match (&ast.expr, &output.0) {
+                (Expr::Struct(s), _) => written_name(s).unwrap_or_else(|| s.type_name.clone()),
+                // A list of JSONPatch initializers types as a list of unknown.
+                (_, Ty::List(e)) if !e.is_concrete() => return None,
+                (_, t) if t.is_concrete() => t.name(),
+                _ => return None,
+            };
+            ("list(JSONPatch)", got)
+        }
+        ExpectedResult::Bool => match &output.0 {
+            Ty::Bool => return None,
+            t if t.is_concrete() && !matches!(t, Ty::Null) => ("bool", t.name()),
+            _ => return None,
+        },
+    };
+    Some(format!("must evaluate to {wanted} but got {got}"))
+}
+
+/// The name an `Object...{}` initializer was written with (the rewrite keeps
+/// it in a hidden field), or a `JSONPatch{}`'s.
+fn written_name(s: &StructExpr) -> Option<String> {
+    if s.type_name == JSON_PATCH_TYPE {
+        return Some(JSON_PATCH_TYPE.to_string());
+    }
+    s.entries.iter().find_map(|en| match &en.expr {
+        EntryExpr::StructField(f) if f.field == TYPE_NAME_FIELD => match &f.value.expr {
+            Expr::Literal(LiteralValue::String(name)) => Some(name.inner().to_string()),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
 /// What [`check`] learns of an expression it accepts.
 #[derive(Debug)]
 pub(crate) struct Checked {

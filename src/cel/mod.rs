@@ -4,7 +4,7 @@
 
 pub mod access;
 mod check;
-pub(crate) use check::DeclaredVariables;
+pub(crate) use check::{DeclaredVariables, ExpectedResult};
 pub mod convert;
 pub mod cost;
 pub mod field_warnings;
@@ -28,7 +28,7 @@ const MAX_PARSE_DEPTH: u16 = 250;
 
 /// A compile error, in upstream's words (`compilation failed: ERROR: <input>:1:5: ...`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
-#[error("{stage}: {message}")]
+#[error("{}", self.text())]
 pub struct CompileError {
     /// The parser's or checker's message, with `<input>:line:column`.
     pub message: String,
@@ -45,6 +45,20 @@ pub enum CompileStage {
     /// Building the program, e.g. a constant regex that does not compile
     /// (`program instantiation failed`).
     ProgramInstantiation,
+    /// The result's static type is not the one the field needs (`must
+    /// evaluate to Object but got Object.metadata`): upstream words it
+    /// without a stage.
+    ResultType,
+}
+
+impl CompileError {
+    /// The error as upstream words it.
+    fn text(&self) -> String {
+        match self.stage {
+            CompileStage::ResultType => self.message.clone(),
+            stage => format!("{stage}: {}", self.message),
+        }
+    }
 }
 
 impl std::fmt::Display for CompileStage {
@@ -52,6 +66,7 @@ impl std::fmt::Display for CompileStage {
         f.write_str(match self {
             CompileStage::Compilation => "compilation failed",
             CompileStage::ProgramInstantiation => "program instantiation failed",
+            CompileStage::ResultType => "result type",
         })
     }
 }
@@ -74,6 +89,16 @@ impl CompiledExpression {
     /// The static type of the result, for declaring a variable of it.
     pub(crate) fn output_type(&self) -> &check::OutputType {
         &self.output
+    }
+
+    /// Upstream's error when the result's static type is known and is not
+    /// `expected` (`plugin/cel/compile.go` compiles each expression against
+    /// its field's type): `must evaluate to Object but got Object.metadata`.
+    pub(crate) fn result_type_error(&self, expected: ExpectedResult) -> Option<CompileError> {
+        check::result_type_error(&self.ast, &self.output, expected).map(|message| CompileError {
+            message,
+            stage: CompileStage::ResultType,
+        })
     }
 
     /// The CEL source.

@@ -16,7 +16,7 @@ use crate::cel::authz;
 use crate::cel::convert::{project, projection_matches, val_to_json};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
-use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables};
+use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables, ExpectedResult};
 use crate::matching::index::{self, ResourceIndex};
 use crate::matching::{self, ObjectSeen, ResourceTable};
 use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
@@ -153,9 +153,17 @@ impl CompiledPolicy {
         // types, mutations with them (compilation.go, `HasPatchTypes`); each
         // variable sees the ones before it, the rest see them all.
         let mut declared = DeclaredVariables::for_policy(policy.param_kind.is_some());
-        let mut compile = |field: String, source: &str, declared: &DeclaredVariables| {
+        let mut compile = |field: String,
+                           source: &str,
+                           declared: &DeclaredVariables,
+                           expected: Option<ExpectedResult>| {
             let is_mutation = field.starts_with("spec.mutations");
-            let compiled = env.compile_in_policy(source, is_mutation, declared);
+            let compiled = env
+                .compile_in_policy(source, is_mutation, declared)
+                .and_then(|c| match expected.and_then(|e| c.result_type_error(e)) {
+                    Some(e) => Err(e),
+                    None => Ok(c),
+                });
             match compiled {
                 Ok(c) => Ok(c),
                 Err(e) => {
@@ -174,7 +182,7 @@ impl CompiledPolicy {
             .enumerate()
             .map(|(i, v)| {
                 let field = format!("spec.variables[{i}].expression");
-                let expression = compile(field, &v.expression, &declared);
+                let expression = compile(field, &v.expression, &declared, None);
                 let output = expression
                     .as_ref()
                     .ok()
@@ -195,7 +203,12 @@ impl CompiledPolicy {
                 let field = format!("spec.matchConditions[{i}].expression");
                 (
                     c.name.clone(),
-                    compile(field, &c.expression, &conditions_declared),
+                    compile(
+                        field,
+                        &c.expression,
+                        &conditions_declared,
+                        Some(ExpectedResult::Bool),
+                    ),
                 )
             })
             .collect();
@@ -204,9 +217,9 @@ impl CompiledPolicy {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let sub = match m.patch_type {
-                    PatchType::ApplyConfiguration => "applyConfiguration",
-                    PatchType::JsonPatch => "jsonPatch",
+                let (sub, expected) = match m.patch_type {
+                    PatchType::ApplyConfiguration => ("applyConfiguration", ExpectedResult::Object),
+                    PatchType::JsonPatch => ("jsonPatch", ExpectedResult::JsonPatchList),
                 };
                 (
                     m.patch_type,
@@ -214,6 +227,7 @@ impl CompiledPolicy {
                         format!("spec.mutations[{i}].{sub}.expression"),
                         &m.expression,
                         &declared,
+                        Some(expected),
                     ),
                 )
             })
