@@ -11,6 +11,7 @@ pub mod field_warnings;
 mod library;
 pub mod object_types;
 mod rewrite;
+pub mod structpb;
 
 use cel::common::ast::IdedExpr;
 use cel::{Env, ExecutionError};

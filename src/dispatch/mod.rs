@@ -13,7 +13,7 @@ use crate::api::{Binding, FailurePolicy, MatchResources, PatchType, Policy, Rein
 use crate::authorizer::{Authorizer, CachingAuthorizer};
 use crate::cel::access::{activation_access, Access};
 use crate::cel::authz;
-use crate::cel::convert::{project, projection_matches, val_to_json};
+use crate::cel::convert::{project, projection_matches};
 use crate::cel::cost::RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS;
 use crate::cel::object_types::{as_struct, object_to_json, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables, ExpectedResult};
@@ -1665,7 +1665,7 @@ fn patch_value_to_json(v: &dyn Val) -> Result<Json, StepError> {
             message: APISERVER_PANIC.into(),
         }));
     }
-    val_to_json(v).map_err(|e| StepError::Policy(e.to_string()))
+    crate::cel::structpb::patch_value_to_json(v).map_err(|e| StepError::Policy(e.to_string()))
 }
 
 /// What kube-apiserver answers a request whose handling panicked.
