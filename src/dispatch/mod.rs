@@ -1687,6 +1687,9 @@ fn holds_initializer(v: &dyn Val) -> bool {
 }
 
 #[cfg(test)]
+mod index_properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{policy_from_json, LabelSelector, SourceRef};
