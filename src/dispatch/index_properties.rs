@@ -180,7 +180,7 @@ fn indexed_and_unindexed_matching_select_the_same_bindings_in_order() {
         resources: &resources,
         authorizer: &crate::authorizer::AlwaysDeny,
     };
-    let mut draws = Draws(0x6b6d_7574_6174_65);
+    let mut draws = Draws(0x006b_6d75_7461_7465);
     let (mut draws_made, mut selected, mut skipped) = (0usize, 0usize, 0usize);
     for set_number in 0..SETS {
         let set = policy_set(&mut draws);
