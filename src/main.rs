@@ -275,6 +275,23 @@ struct ConformanceArgs {
     /// Print the failure details of expected failures too.
     #[arg(short, long)]
     verbose: bool,
+    /// Run the cases against a live cluster (server-side dry runs) instead
+    /// of in process.
+    #[arg(long)]
+    cluster: bool,
+    /// The cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current one).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    context: Option<String>,
+    /// What answers the cluster's admission: its built-in
+    /// MutatingAdmissionPolicy plugin, or kmutate's webhook (kmutate.dev).
+    #[arg(long, value_name = "IMPL", default_value = "builtin", value_parser = ["builtin", "kmutate.dev"], requires = "cluster")]
+    implementation: String,
+    /// Cases run at once against the cluster.
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "cluster")]
+    jobs: usize,
 }
 
 #[derive(clap::Args)]
@@ -550,6 +567,9 @@ fn line_diff(before: &str, after: &str) -> String {
 }
 
 fn conformance_cmd(c: ConformanceArgs) -> Result<ExitCode> {
+    if c.cluster {
+        return cluster_conformance(c);
+    }
     let list = c
         .expected_failures
         .clone()
@@ -558,6 +578,29 @@ fn conformance_cmd(c: ConformanceArgs) -> Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let summary = conformance::run_all(&c.paths, &expected, c.verbose, &mut out)?;
+    Ok(if summary.failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn cluster_conformance(c: ConformanceArgs) -> Result<ExitCode> {
+    use conformance::cluster::{run_cluster, ClusterOptions, Implementation};
+    use std::io::IsTerminal as _;
+    let options = ClusterOptions {
+        kubeconfig: c.kubeconfig,
+        context: c.context,
+        implementation: if c.implementation == "kmutate.dev" {
+            Implementation::KmutateDev
+        } else {
+            Implementation::Builtin
+        },
+        jobs: c.jobs,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let mut out = std::io::stdout();
+    let summary = run_cluster(&c.paths, &options, &mut out)?;
     Ok(if summary.failed > 0 {
         ExitCode::FAILURE
     } else {

@@ -1,6 +1,8 @@
 //! The conformance runner of `../shared/conformance/FORMAT.md`: reads cases,
 //! runs each through the dispatcher and compares with its expectation.
 
+pub mod cluster;
+
 use crate::api::{binding_from_json, load, policy_from_json, SourceRef};
 use crate::authorizer::FixedAuthorizer;
 use crate::dispatch::{AdmissionContext, NoObserver, Outcome, PolicySet};
@@ -139,10 +141,10 @@ fn list<'a>(doc: &'a Json, key: &str) -> &'a [Json] {
         .unwrap_or(&[])
 }
 
-/// Builds the admission a case describes.
-pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
+/// The case's MutatingAdmissionPolicies and bindings as JSON: those its
+/// `declarative:` items translate to, then its own.
+pub fn policy_documents(case: &Case) -> Result<(Vec<Json>, Vec<Json>), String> {
     let doc = &case.doc;
-    // `declarative:` items are translated first and join the case's own policies.
     let translated = match doc.get("declarative") {
         Some(items) => {
             let dir = Path::new(&case.source.file)
@@ -152,31 +154,40 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
         }
         None => crate::translate::Translation::default(),
     };
+    let mut policies = translated.policies;
+    policies.extend(list(doc, "policies").iter().cloned());
+    let mut bindings = translated.bindings;
+    bindings.extend(list(doc, "bindings").iter().cloned());
+    Ok((policies, bindings))
+}
+
+/// Builds the admission a case describes.
+pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
+    let doc = &case.doc;
+    // `declarative:` items are translated first and join the case's own policies.
+    let (policy_docs, binding_docs) = policy_documents(case)?;
+    let translated_policies = policy_docs.len() - list(doc, "policies").len();
+    let translated_bindings = binding_docs.len() - list(doc, "bindings").len();
     let mut policies = Vec::new();
-    for (i, p) in translated.policies.iter().enumerate() {
-        policies.push(
-            policy_from_json(p, case.source.clone())
-                .map_err(|e| format!("translated policies[{i}]: {e}"))?,
-        );
-    }
-    for (i, p) in list(doc, "policies").iter().enumerate() {
+    for (i, p) in policy_docs.iter().enumerate() {
         let at = SourceRef {
             file: case.source.file.clone(),
             document: case.source.document,
         };
-        policies.push(policy_from_json(p, at).map_err(|e| format!("policies[{i}]: {e}"))?);
+        let what = match i.checked_sub(translated_policies) {
+            None => format!("translated policies[{i}]"),
+            Some(own) => format!("policies[{own}]"),
+        };
+        policies.push(policy_from_json(p, at).map_err(|e| format!("{what}: {e}"))?);
     }
     let mut bindings = Vec::new();
-    for (i, b) in translated.bindings.iter().enumerate() {
-        bindings.push(
-            binding_from_json(b, case.source.clone())
-                .map_err(|e| format!("translated bindings[{i}]: {e}"))?,
-        );
-    }
-    for (i, b) in list(doc, "bindings").iter().enumerate() {
-        bindings.push(
-            binding_from_json(b, case.source.clone()).map_err(|e| format!("bindings[{i}]: {e}"))?,
-        );
+    for (i, b) in binding_docs.iter().enumerate() {
+        let what = match i.checked_sub(translated_bindings) {
+            None => format!("translated bindings[{i}]"),
+            Some(own) => format!("bindings[{own}]"),
+        };
+        bindings
+            .push(binding_from_json(b, case.source.clone()).map_err(|e| format!("{what}: {e}"))?);
     }
     let cluster = ClusterObjects::new(list(doc, "resources").to_vec());
     let resources = ResourceTable::new(cluster.crds());

@@ -1,0 +1,837 @@
+//! `kmutate conformance --cluster`: the conformance cases run against a live
+//! kube-apiserver's own MutatingAdmissionPolicy plugin.
+//!
+//! Each case gets objects of its own ([`plan`]): namespaces, params, RBAC
+//! for its user, its policies and bindings, all under names unique to the
+//! run. Its request is sent as a server-side dry run, as its user
+//! (impersonated), first before its policies exist (the *baseline*), then
+//! once they are in force; [`compare`] holds the change between the two
+//! against the change the case expects. Everything created is deleted
+//! after the case, and at the end of the run (also on Ctrl-C or an error).
+//!
+//! Waiting for policies: the apiserver loads new policies from its
+//! informers about a second after they are created. The runner creates a
+//! *sentinel* policy after a case's own, in a namespace of the run, and
+//! dry-runs a ConfigMap there until the sentinel acts (at most 10 s): the
+//! informers deliver in order, so the case's policies are loaded too. One
+//! sentinel serves every case waiting at the time. A case whose answer
+//! still shows no effect of its policies (a param informer still syncing)
+//! is sent again until it does, within the same 10 s.
+
+pub mod apiserver;
+pub mod compare;
+pub mod plan;
+
+use self::apiserver::{Answer, Apiserver, Collection};
+use self::plan::{ClusterObject, Expectation, Plan, Planned};
+use crate::conformance::{normalize, read_cases};
+use futures::StreamExt as _;
+use hyper::http::Method;
+use serde_json::{json, Value as Json};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a case waits for its policies to take effect.
+pub const POLICY_WAIT: Duration = Duration::from_secs(10);
+
+/// Which implementation answers the cluster's admission requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Implementation {
+    /// The apiserver's MutatingAdmissionPolicy plugin.
+    Builtin,
+    /// kmutate's webhook reading `kmutate.dev` policy objects.
+    KmutateDev,
+}
+
+/// How to run the suite against a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The kubeconfig (default: `KUBECONFIG`, then `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Its context (default: the current one).
+    pub context: Option<String>,
+    /// Which implementation.
+    pub implementation: Implementation,
+    /// Cases at once.
+    pub jobs: usize,
+    /// A case counter on one line (a terminal) instead of nothing.
+    pub progress: bool,
+}
+
+/// Errors that stop a run (a case's own problems are its failure).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    /// The cluster could not be reached or refused the run's own objects.
+    #[error("cluster: {0}")]
+    Cluster(String),
+    /// Writing the report.
+    #[error("writing the report: {0}")]
+    Io(#[from] std::io::Error),
+    /// The implementation is not available.
+    #[error(
+        "--implementation kmutate.dev is not available yet: run with --implementation builtin"
+    )]
+    Unsupported,
+}
+
+/// Totals of a run.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ClusterSummary {
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases that failed.
+    pub failed: usize,
+    /// Cases skipped, by reason.
+    pub skipped: BTreeMap<String, usize>,
+}
+
+impl ClusterSummary {
+    /// Cases skipped.
+    pub fn skipped_total(&self) -> usize {
+        self.skipped.values().sum()
+    }
+}
+
+/// The result of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterResult {
+    /// It passed.
+    Pass,
+    /// It failed: how.
+    Fail(String),
+    /// It was skipped: why.
+    Skip(String),
+}
+
+/// Everything the run created and has not deleted yet.
+#[derive(Default)]
+struct Created {
+    objects: Mutex<Vec<(Collection, String)>>,
+}
+
+impl Created {
+    fn add(&self, collection: &Collection, name: &str) {
+        if let Ok(mut o) = self.objects.lock() {
+            o.push((collection.clone(), name.to_string()));
+        }
+    }
+
+    fn remove(&self, collection: &Collection, name: &str) {
+        if let Ok(mut o) = self.objects.lock() {
+            o.retain(|(c, n)| !(c == collection && n == name));
+        }
+    }
+
+    fn take(&self) -> Vec<(Collection, String)> {
+        self.objects
+            .lock()
+            .map(|mut o| std::mem::take(&mut *o))
+            .unwrap_or_default()
+    }
+}
+
+/// The order of deletion: bindings, policies, objects, namespaces, CRDs.
+fn deletion_rank(c: &Collection) -> u8 {
+    match c.resource.as_str() {
+        "mutatingadmissionpolicybindings" => 0,
+        "mutatingadmissionpolicies" => 1,
+        "namespaces" => 3,
+        "customresourcedefinitions" => 4,
+        _ => 2,
+    }
+}
+
+/// Shared by the cases of a run.
+struct Run {
+    api: Apiserver,
+    tag: String,
+    control_namespace: String,
+    created: Created,
+    sentinel: Sentinel,
+}
+
+/// The sentinel policies that tell when earlier policies are in force.
+struct Sentinel {
+    started: AtomicU64,
+    active: tokio::sync::watch::Sender<u64>,
+    probing: tokio::sync::Mutex<()>,
+}
+
+impl Run {
+    /// Returns once every policy created before the call is in force (or
+    /// after [`POLICY_WAIT`]).
+    async fn wait_for_policies(&self) -> Result<(), String> {
+        let needed = self.sentinel.started.load(Ordering::SeqCst) + 1;
+        let deadline = Instant::now() + POLICY_WAIT;
+        let mut seen = self.sentinel.active.subscribe();
+        loop {
+            if *seen.borrow_and_update() >= needed {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the run's sentinel policy took no effect within {} s",
+                    POLICY_WAIT.as_secs()
+                ));
+            }
+            if let Ok(_one) = self.sentinel.probing.try_lock() {
+                let generation = self.sentinel.started.fetch_add(1, Ordering::SeqCst) + 1;
+                self.probe(generation).await?;
+                self.sentinel.active.send_replace(generation);
+            } else {
+                let _ = tokio::time::timeout(Duration::from_millis(200), seen.changed()).await;
+            }
+        }
+    }
+
+    /// Creates sentinel `generation` and waits until it acts.
+    async fn probe(&self, generation: u64) -> Result<(), String> {
+        let name = format!("kmc-{}-sentinel-{generation}", self.tag);
+        let key = format!("kmutate.dev/sentinel-{generation}");
+        let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
+            "spec": {"matchConstraints": {
+                    "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["configmaps"]}],
+                    "namespaceSelector": {"matchLabels": {
+                        crate::matching::NAMESPACE_NAME_LABEL: self.control_namespace}}},
+                "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                    "expression": format!("Object{{metadata: Object.metadata{{annotations: {{'{key}': 'true'}}}}}}")}}]}});
+        let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
+            "spec": {"policyName": name}});
+        let policies = Collection {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            resource: "mutatingadmissionpolicies".into(),
+            namespace: None,
+        };
+        let bindings = Collection {
+            resource: "mutatingadmissionpolicybindings".into(),
+            ..policies.clone()
+        };
+        for (c, o) in [(&policies, &policy), (&bindings, &binding)] {
+            self.create_recorded(c, &name, o)
+                .await
+                .map_err(|e| format!("sentinel policy {name}: {e}"))?;
+        }
+        let configmaps = Collection {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            namespace: Some(self.control_namespace.clone()),
+        };
+        let probe = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "probe", "namespace": self.control_namespace}});
+        let deadline = Instant::now() + POLICY_WAIT;
+        let mut result = Err(format!(
+            "sentinel policy {name} took no effect within {} s",
+            POLICY_WAIT.as_secs()
+        ));
+        while Instant::now() < deadline {
+            let answer = self
+                .api
+                .send(
+                    Method::POST,
+                    &configmaps.path(),
+                    "dryRun=All",
+                    Some(&probe),
+                    None,
+                )
+                .await?;
+            if let Answer::Object { object, .. } = answer {
+                if object["metadata"]["annotations"][&key] == "true" {
+                    result = Ok(());
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if generation > 1 {
+            let previous = format!("kmc-{}-sentinel-{}", self.tag, generation - 1);
+            for c in [&bindings, &policies] {
+                self.delete_recorded(c, &previous).await;
+            }
+        }
+        result
+    }
+
+    async fn create_recorded(
+        &self,
+        collection: &Collection,
+        name: &str,
+        object: &Json,
+    ) -> Result<Json, String> {
+        let answer = self.api.create(collection, object).await?;
+        let created = answer.object()?;
+        self.created.add(collection, name);
+        Ok(created)
+    }
+
+    async fn delete_recorded(&self, collection: &Collection, name: &str) {
+        if self.api.delete(collection, name).await.is_ok() {
+            self.created.remove(collection, name);
+        }
+    }
+
+    /// Deletes everything still recorded, in [`deletion_rank`] order.
+    async fn delete_everything(&self) -> Vec<String> {
+        let mut left = self.created.take();
+        left.sort_by_key(|(c, _)| deletion_rank(c));
+        let mut errors = Vec::new();
+        for rank in 0..=4 {
+            let batch: Vec<_> = left
+                .iter()
+                .filter(|(c, _)| deletion_rank(c) == rank)
+                .collect();
+            let results =
+                futures::future::join_all(batch.iter().map(|(c, n)| self.api.delete(c, n))).await;
+            errors.extend(results.into_iter().filter_map(Result::err));
+        }
+        errors
+    }
+}
+
+/// The request of `plan` as its user, dry run.
+async fn send_request(api: &Apiserver, plan: &Plan) -> Result<Answer, String> {
+    let query = format!("dryRun=All&fieldManager={}", apiserver::FIELD_MANAGER);
+    let (method, path) = match plan.operation.as_str() {
+        "CREATE" if plan.subresource.is_empty() => (Method::POST, plan.collection.path()),
+        "CREATE" => (
+            Method::POST,
+            plan.collection.object_path(&plan.name, &plan.subresource),
+        ),
+        _ => (
+            Method::PUT,
+            plan.collection.object_path(&plan.name, &plan.subresource),
+        ),
+    };
+    api.send(
+        method,
+        &path,
+        &query,
+        Some(&plan.object),
+        plan.user.as_ref(),
+    )
+    .await
+}
+
+/// Whether `answer` shows no effect of the policies yet, against `baseline`.
+fn shows_no_effect(answer: &Answer, baseline: &Json) -> bool {
+    match answer {
+        Answer::Object { object, .. } => {
+            let strip = |o: &Json| normalize(&compare::without_volatile_metadata(o));
+            strip(object) == strip(baseline)
+        }
+        // A param informer still syncing.
+        Answer::Refused { message, .. } => {
+            message.contains("not yet synced") || message.contains("no params found")
+        }
+    }
+}
+
+/// Creates `objects` at once (each recorded); the first refusal, naming it.
+async fn create_all(run: &Run, case: &str, objects: &[ClusterObject]) -> Result<(), String> {
+    let results = futures::future::join_all(objects.iter().map(|o| async move {
+        run.create_recorded(&o.collection, &o.name, &o.object)
+            .await
+            .map_err(|e| {
+                format!(
+                    "case {case}: creating {} {}: {e}",
+                    o.object["kind"].as_str().unwrap_or("object"),
+                    o.name
+                )
+            })
+    }))
+    .await;
+    results
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|_| ())
+}
+
+/// Runs one planned case.
+async fn run_plan(run: &Run, plan: &Plan) -> ClusterResult {
+    let result = run_plan_steps(run, plan).await;
+    // Its objects go, whatever happened: bindings and policies first.
+    let mut mine: Vec<&ClusterObject> = plan.policies.iter().collect();
+    mine.extend(plan.stored.iter());
+    mine.extend(plan.setup.iter());
+    mine.sort_by_key(|o| deletion_rank(&o.collection));
+    for rank in 0..=3 {
+        futures::future::join_all(
+            mine.iter()
+                .filter(|o| deletion_rank(&o.collection) == rank)
+                .map(|o| run.delete_recorded(&o.collection, &o.name)),
+        )
+        .await;
+    }
+    match result {
+        Ok(r) => r,
+        Err(e) => ClusterResult::Fail(e),
+    }
+}
+
+async fn run_plan_steps(run: &Run, plan: &Plan) -> Result<ClusterResult, String> {
+    let case = &plan.case;
+    let (namespaces, rest): (Vec<ClusterObject>, Vec<ClusterObject>) = plan
+        .setup
+        .iter()
+        .cloned()
+        .partition(|o| o.collection.resource == "namespaces");
+    create_all(run, case, &namespaces).await?;
+    create_all(run, case, &rest).await?;
+    let mut plan = plan.clone();
+    if let Some(stored) = &plan.stored {
+        let created = run
+            .create_recorded(&stored.collection, &stored.name, &stored.object)
+            .await
+            .map_err(|e| {
+                format!(
+                    "case {case}: creating the stored object {}: {e}",
+                    stored.name
+                )
+            })?;
+        // An update names the version it replaces (custom resources require it).
+        if plan.object.get("metadata").is_some_and(Json::is_object) {
+            plan.object["metadata"]["resourceVersion"] =
+                created["metadata"]["resourceVersion"].clone();
+        }
+    }
+    let plan = &plan;
+    // RBAC's informers make a new grant known after a moment.
+    let granted_by = Instant::now() + Duration::from_secs(5);
+    let mut baseline = send_request(&run.api, plan).await?;
+    while baseline.is_refused_with(403) && Instant::now() < granted_by {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        baseline = send_request(&run.api, plan).await?;
+    }
+    let baseline = match baseline {
+        Answer::Object { object, .. } => object,
+        Answer::Refused { code, message } => {
+            return Err(format!(
+                "case {case}: without the case's policies the apiserver refuses the request \
+                 ({code}): {message}"
+            ))
+        }
+    };
+    let (policies, bindings): (Vec<ClusterObject>, Vec<ClusterObject>) = plan
+        .policies
+        .iter()
+        .cloned()
+        .partition(|o| o.collection.resource == "mutatingadmissionpolicies");
+    create_all(run, case, &policies).await?;
+    create_all(run, case, &bindings).await?;
+    let deadline = Instant::now() + POLICY_WAIT;
+    run.wait_for_policies()
+        .await
+        .map_err(|e| format!("case {case}: {e}"))?;
+    let expects_effect = match &plan.expect {
+        Expectation::Rejected(_) => true,
+        Expectation::Object(o) => normalize(o) != normalize(&plan.case_object),
+    };
+    let mut answer = send_request(&run.api, plan).await?;
+    while expects_effect && shows_no_effect(&answer, &baseline) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = send_request(&run.api, plan).await?;
+    }
+    Ok(judge(plan, &baseline, answer))
+}
+
+/// Holds the answer against the case's expectation.
+fn judge(plan: &Plan, baseline: &Json, answer: Answer) -> ClusterResult {
+    match (&plan.expect, answer) {
+        (Expectation::Object(expected), Answer::Object { object, warnings }) => {
+            let mut problems = compare::compare(&plan.case_object, expected, baseline, &object);
+            if let Some(want) = &plan.warnings {
+                for w in want {
+                    if !warnings.iter().any(|got| got.contains(w.as_str())) {
+                        problems.push(format!(
+                            "warning {w:?} expected, the apiserver warned {warnings:?}"
+                        ));
+                    }
+                }
+            }
+            if problems.is_empty() {
+                ClusterResult::Pass
+            } else {
+                ClusterResult::Fail(format!("object differs:\n  {}", problems.join("\n  ")))
+            }
+        }
+        (Expectation::Object(_), Answer::Refused { code, message }) => {
+            ClusterResult::Fail(format!(
+                "expected the object, but the apiserver refused the request ({code}): {message}"
+            ))
+        }
+        (Expectation::Rejected(text), Answer::Refused { message, .. }) => {
+            if message.contains(text.as_str()) {
+                ClusterResult::Pass
+            } else {
+                ClusterResult::Fail(format!(
+                    "denied, but the message\n    {message}\ndoes not contain\n    {text}"
+                ))
+            }
+        }
+        (Expectation::Rejected(_), Answer::Object { object, .. }) => ClusterResult::Fail(format!(
+            "expected a denial, but the apiserver admitted the request with\n{}",
+            serde_json::to_string_pretty(&compare::without_volatile_metadata(&object))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// The CRDs of one phase, by name, and the plans that run with them.
+struct Phase {
+    crds: BTreeMap<String, Json>,
+    plans: Vec<Plan>,
+}
+
+/// Groups plans so that the CRDs of each group agree (a CRD name defined
+/// two ways by two cases runs in two phases).
+fn phases(plans: Vec<Plan>) -> Vec<Phase> {
+    let mut out: Vec<Phase> = Vec::new();
+    for plan in plans {
+        let named: Vec<(String, Json)> = plan
+            .crds
+            .iter()
+            .map(|c| {
+                (
+                    c["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    normalize(&c["spec"]),
+                )
+            })
+            .collect();
+        let fits = |p: &Phase| {
+            named.iter().all(|(n, spec)| {
+                p.crds
+                    .get(n)
+                    .is_none_or(|have| normalize(&have["spec"]) == *spec)
+            })
+        };
+        let index = match out.iter().position(fits) {
+            Some(i) => i,
+            None => {
+                out.push(Phase {
+                    crds: BTreeMap::new(),
+                    plans: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        for c in &plan.crds {
+            let name = c["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            out[index].crds.entry(name).or_insert_with(|| c.clone());
+        }
+        out[index].plans.push(plan);
+    }
+    out
+}
+
+fn crd_collection() -> Collection {
+    Collection {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        resource: "customresourcedefinitions".into(),
+        namespace: None,
+    }
+}
+
+/// Creates (or replaces) the phase's CRDs and waits until each is
+/// established.
+async fn install_crds(run: &Run, crds: &BTreeMap<String, Json>) -> Result<(), ClusterError> {
+    let collection = crd_collection();
+    for (name, crd) in crds {
+        let mut crd = crd.clone();
+        if let Some(m) = crd.get_mut("metadata").and_then(Json::as_object_mut) {
+            m.retain(|k, _| k == "name" || k == "labels" || k == "annotations");
+        }
+        let answer = run
+            .api
+            .create(&collection, &crd)
+            .await
+            .map_err(ClusterError::Cluster)?;
+        match answer {
+            Answer::Object { .. } => run.created.add(&collection, name),
+            Answer::Refused { code: 409, .. } => {
+                let current = run
+                    .api
+                    .get(&collection, name)
+                    .await
+                    .and_then(Answer::object)
+                    .map_err(|e| ClusterError::Cluster(format!("CRD {name}: {e}")))?;
+                if normalize(&current["spec"]) != normalize(&crd["spec"]) {
+                    crd["metadata"]["resourceVersion"] =
+                        current["metadata"]["resourceVersion"].clone();
+                    run.api
+                        .replace(&collection, name, &crd)
+                        .await
+                        .and_then(Answer::object)
+                        .map_err(|e| ClusterError::Cluster(format!("replacing CRD {name}: {e}")))?;
+                }
+            }
+            Answer::Refused { code, message } => {
+                return Err(ClusterError::Cluster(format!(
+                    "creating CRD {name}: {code}: {message}"
+                )))
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for name in crds.keys() {
+        loop {
+            let current = run
+                .api
+                .get(&collection, name)
+                .await
+                .and_then(Answer::object)
+                .map_err(|e| ClusterError::Cluster(format!("CRD {name}: {e}")))?;
+            let established = current["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(ClusterError::Cluster(format!(
+                    "CRD {name} is not established after 30 s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// A tag for the run's names: 6 lower-case hex digits.
+fn run_tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mixed = (nanos as u64) ^ (u64::from(std::process::id()) << 20);
+    format!("{:06x}", mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40)
+}
+
+async fn client(options: &ClusterOptions) -> Result<kube::Client, ClusterError> {
+    let kube_options = kube::config::KubeConfigOptions {
+        context: options.context.clone(),
+        ..Default::default()
+    };
+    let config = match &options.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ClusterError::Kubeconfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
+                .await
+                .map_err(|e| ClusterError::Kubeconfig(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::from_kubeconfig(&kube_options)
+            .await
+            .map_err(|e| ClusterError::Kubeconfig(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| ClusterError::Kubeconfig(e.to_string()))
+}
+
+/// One line of the report.
+struct Reporter<'a> {
+    out: Mutex<&'a mut (dyn Write + Send)>,
+    total: usize,
+    done: AtomicUsize,
+    progress: bool,
+}
+
+impl Reporter<'_> {
+    fn case(&self, name: &str, result: &ClusterResult) {
+        let line = match result {
+            ClusterResult::Pass => format!("ok {name}"),
+            ClusterResult::Fail(msg) => format!("FAIL {name}\n    {}", msg.replace('\n', "\n    ")),
+            ClusterResult::Skip(why) => format!("skip {name} ({why})"),
+        };
+        let done = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.progress {
+            eprint!("\r\x1b[K");
+        }
+        if let Ok(mut out) = self.out.lock() {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+        if self.progress {
+            eprint!("[{done}/{}] {name}", self.total);
+        }
+    }
+
+    fn line(&self, text: &str) {
+        if let Ok(mut out) = self.out.lock() {
+            let _ = writeln!(out, "{text}");
+        }
+    }
+}
+
+/// Runs every case under `paths` against the cluster, printing one line
+/// per case to `out`, then `N passed, N failed, N skipped`.
+pub fn run_cluster(
+    paths: &[PathBuf],
+    options: &ClusterOptions,
+    out: &mut (dyn Write + Send),
+) -> Result<ClusterSummary, ClusterError> {
+    if options.implementation == Implementation::KmutateDev {
+        return Err(ClusterError::Unsupported);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_cluster_async(paths, options, out))
+}
+
+async fn run_cluster_async(
+    paths: &[PathBuf],
+    options: &ClusterOptions,
+    out: &mut (dyn Write + Send),
+) -> Result<ClusterSummary, ClusterError> {
+    let started = Instant::now();
+    let client = client(options).await?;
+    let tag = run_tag();
+    let mut summary = ClusterSummary::default();
+    let reporter = Reporter {
+        out: Mutex::new(out),
+        total: 0,
+        done: AtomicUsize::new(0),
+        progress: options.progress,
+    };
+    let mut plans = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, case) in read_cases(paths).into_iter().enumerate() {
+        match case {
+            Err((name, msg)) => {
+                reporter.case(&name, &ClusterResult::Fail(msg));
+                summary.failed += 1;
+            }
+            Ok(case) if !seen.insert(case.name.clone()) => {
+                let r = ClusterResult::Fail(format!("{}: duplicate case name", case.source));
+                reporter.case(&case.name, &r);
+                summary.failed += 1;
+            }
+            Ok(case) => match plan::plan(&case, index, &tag) {
+                Planned::Run(p) => plans.push(*p),
+                Planned::Skip(why) => {
+                    reporter.case(&case.name, &ClusterResult::Skip(why.clone()));
+                    *summary.skipped.entry(why).or_default() += 1;
+                }
+                Planned::Invalid(e) => {
+                    reporter.case(&case.name, &ClusterResult::Fail(e));
+                    summary.failed += 1;
+                }
+            },
+        }
+    }
+    let reporter = Reporter {
+        total: reporter.done.load(Ordering::SeqCst) + plans.len(),
+        ..reporter
+    };
+    let run = Run {
+        api: Apiserver::new(client),
+        control_namespace: format!("kmc-{tag}"),
+        tag,
+        created: Created::default(),
+        sentinel: Sentinel {
+            started: AtomicU64::new(0),
+            active: tokio::sync::watch::Sender::new(0),
+            probing: tokio::sync::Mutex::new(()),
+        },
+    };
+    let work = run_phases(
+        &run,
+        phases(plans),
+        options.jobs.max(1),
+        &reporter,
+        &mut summary,
+    );
+    let outcome = tokio::select! {
+        r = work => r,
+        _ = tokio::signal::ctrl_c() => {
+            reporter.line("interrupted: deleting what the run created");
+            Err(ClusterError::Cluster("interrupted".into()))
+        }
+    };
+    if options.progress {
+        eprint!("\r\x1b[K");
+    }
+    let leftovers = run.delete_everything().await;
+    for e in &leftovers {
+        reporter.line(&format!("warning: cleanup: {e}"));
+    }
+    outcome?;
+    let skipped = summary.skipped_total();
+    reporter.line(&format!(
+        "{} passed, {} failed, {} skipped",
+        summary.passed, summary.failed, skipped
+    ));
+    if options.progress {
+        eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(summary)
+}
+
+async fn run_phases(
+    run: &Run,
+    phases: Vec<Phase>,
+    jobs: usize,
+    reporter: &Reporter<'_>,
+    summary: &mut ClusterSummary,
+) -> Result<(), ClusterError> {
+    let namespaces = Collection {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "namespaces".into(),
+        namespace: None,
+    };
+    let control = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": run.control_namespace}});
+    run.create_recorded(&namespaces, &run.control_namespace, &control)
+        .await
+        .map_err(|e| ClusterError::Cluster(format!("namespace {}: {e}", run.control_namespace)))?;
+    let count = |summary: &mut ClusterSummary, result: &ClusterResult| match result {
+        ClusterResult::Pass => summary.passed += 1,
+        ClusterResult::Fail(_) => summary.failed += 1,
+        ClusterResult::Skip(why) => *summary.skipped.entry(why.clone()).or_default() += 1,
+    };
+    for phase in phases {
+        install_crds(run, &phase.crds).await?;
+        let (exclusive, shared): (Vec<Plan>, Vec<Plan>) =
+            phase.plans.into_iter().partition(|p| p.exclusive);
+        let mut results = futures::stream::iter(shared.iter().map(|plan| async move {
+            let r = run_plan(run, plan).await;
+            reporter.case(&plan.case, &r);
+            r
+        }))
+        .buffer_unordered(jobs);
+        while let Some(r) = results.next().await {
+            count(summary, &r);
+        }
+        for plan in &exclusive {
+            // The policies of the case before are out of force first.
+            run.wait_for_policies()
+                .await
+                .map_err(ClusterError::Cluster)?;
+            let r = run_plan(run, plan).await;
+            reporter.case(&plan.case, &r);
+            count(summary, &r);
+        }
+    }
+    Ok(())
+}

