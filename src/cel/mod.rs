@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 pub use cel::common::value::{CowVal, Val};
 pub use cel::Context;
 pub use library::authz;
+pub(crate) use library::quantity::parse_error as quantity_parse_error;
 
 /// Stack of the thread expressions are compiled on.
 const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;

@@ -1489,6 +1489,14 @@ fn apply_mutation(
         // leaves changed is never used.
         MutationValue::Patch(ops) => match apply_patch_in_place(object, &ops, before_write) {
             Ok(changed) => {
+                // The result is decoded into the kind's Go types: a value of
+                // the wrong type fails before any unknown field is told.
+                if let Some(err) = crate::schema::go_decode_error(object, schema.name()) {
+                    return Err(StepError::Status(StatusError {
+                        code: 500,
+                        message: format!("Internal error occurred: {err}"),
+                    }));
+                }
                 let unknown = checks.strict_errors(schema, &ops, object);
                 if unknown.is_empty() {
                     Ok(changed)

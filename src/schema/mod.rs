@@ -9,6 +9,7 @@
 
 mod builtin;
 mod crd;
+mod go_decode;
 
 pub(crate) mod model;
 pub mod subtree;
@@ -21,6 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
+pub use go_decode::{go_decode_error, GoDecodeError};
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
 

@@ -124,6 +124,12 @@ fn quantity(s: &CelString<'_>) -> Result<Quantity, ExecutionError> {
         .map_err(|e| error("quantity", e))
 }
 
+/// `resource.ParseQuantity`'s error for `s`, if it does not parse (a
+/// quantity's JSON decoding, see `crate::schema::go_decode`).
+pub(crate) fn parse_error(s: &str) -> Option<&'static str> {
+    amount::parse_quantity(s).err().map(AmountError::message)
+}
+
 fn is_quantity(s: &CelString<'_>) -> CelBool {
     CelBool::from(amount::parse_quantity(s.inner()).is_ok())
 }

@@ -1,0 +1,834 @@
+//! Decoding a JSONPatch result into the kind's Go types, as kube-apiserver
+//! does (k8s.io/apiserver `mutating/patch/json_patch.go`: the patched JSON
+//! is decoded by the strict JSON serializer into a new typed object; a
+//! failure is an internal error that no failure policy turns into an admit).
+//!
+//! Only the first failure is told, as encoding/json tells it:
+//! - a value of the wrong JSON type is noted (`json: cannot unmarshal number
+//!   into Go struct field ConfigMap.data of type string`: the innermost Go
+//!   struct, the field's JSON path from the root without list indices or map
+//!   keys but with the names of embedded structs, the field's Go type) and
+//!   decoding goes on; so is a string that is not base64 in a `[]byte`;
+//! - a type with its own JSON decoding (`resource.Quantity`,
+//!   `intstr.IntOrString`, `metav1.Time`, `metav1.MicroTime`) stops decoding
+//!   at its first failure, whose error is told even after a noted one;
+//! - `apiVersion` or `kind` that is not a string fails before any of that
+//!   (`couldn't get version/kind; json parse error: ...`).
+//!
+//! Keys are decoded in sorted order (the patched document is a re-encoded Go
+//! map); null decodes into anything. Custom kinds are decoded into
+//! unstructured objects: only their `apiVersion` and `kind` are checked.
+//! The Go types come from `go_types.json` (tools/gen_go_types.py).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use serde_json::{Number, Value};
+
+use super::typed::MAX_DEPTH;
+use crate::cel::quantity_parse_error;
+
+/// Why a JSONPatch result does not decode into its Go type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GoDecodeError {
+    /// A value of the wrong JSON type (`encoding/json.UnmarshalTypeError`).
+    #[error("json: cannot unmarshal {value} into Go struct field {field} of type {go_type}")]
+    Type {
+        /// `number`, `number 1.5`, `string`, `bool`, `array` or `object`.
+        value: String,
+        /// `Struct.json.path`.
+        field: String,
+        /// The Go type, as Go's reflect names it (`int32`, `[]v1.Container`).
+        go_type: String,
+    },
+    /// A `[]byte` field's string is not standard base64.
+    #[error("illegal base64 data at input byte {0}")]
+    Base64(usize),
+    /// A `resource.Quantity` does not parse (`resource.ParseQuantity`).
+    #[error("{0}")]
+    Quantity(&'static str),
+    /// A `metav1.Time` or `metav1.MicroTime` does not parse (`time.Parse`).
+    #[error("{0}")]
+    Time(String),
+    /// `apiVersion` or `kind` is not a string.
+    #[error("couldn't get version/kind; json parse error: json: cannot unmarshal {value} into Go struct field .{field} of type string")]
+    TypeMeta {
+        value: &'static str,
+        field: &'static str,
+    },
+}
+
+/// The first error decoding `object`, of the type named `type_name` (an
+/// OpenAPI definition name), would meet; `None` when it decodes.
+pub fn go_decode_error(object: &Value, type_name: Option<&str>) -> Option<GoDecodeError> {
+    if let Some(err) = type_meta_error(object) {
+        return Some(err);
+    }
+    let table = table();
+    let def = table.defs.get(type_name?)?;
+    let mut decoder = Decoder {
+        table,
+        struct_name: &def.struct_name,
+        fields: Vec::new(),
+        saved: None,
+    };
+    match decoder.structure(def, object, 0) {
+        Err(abort) => Some(abort),
+        Ok(()) => decoder.saved,
+    }
+}
+
+/// The serializer reads `apiVersion` and `kind` first (`json.Unmarshal`
+/// into a struct of two strings).
+fn type_meta_error(object: &Value) -> Option<GoDecodeError> {
+    ["apiVersion", "kind"]
+        .into_iter()
+        .find_map(|field| match object.get(field) {
+            None | Some(Value::Null) | Some(Value::String(_)) => None,
+            Some(v) => Some(GoDecodeError::TypeMeta {
+                value: json_word(v),
+                field,
+            }),
+        })
+}
+
+/// What a Go type decodes (see tools/gen_go_types.py).
+#[derive(Debug)]
+enum Kind {
+    String,
+    Int32,
+    Int64,
+    Float64,
+    Bool,
+    Bytes,
+    /// An element of a `[]byte` given as a JSON array.
+    Uint8,
+    IntOrString,
+    Quantity,
+    Time,
+    MicroTime,
+    /// Any JSON (`runtime.RawExtension`, `FieldsV1`, `apiextensions JSON`).
+    Any,
+    List(Box<GoType>),
+    Map(Box<GoType>),
+    /// A struct: an OpenAPI definition name.
+    Struct(String),
+}
+
+#[derive(Debug)]
+struct GoType {
+    kind: Kind,
+    /// The Go name when it is not the kind's own (`v1.Protocol`).
+    name: Option<String>,
+}
+
+/// A struct: its name in messages and its fields by JSON name, each with its
+/// type and the embedded structs it is reached through.
+#[derive(Debug)]
+struct StructDef {
+    struct_name: String,
+    go_name: String,
+    fields: HashMap<String, (GoType, Option<String>)>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    defs: HashMap<String, StructDef>,
+}
+
+/// Go types of the built-in kinds, parsed once.
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| parse_table(include_str!("go_types.json")).unwrap_or_default())
+}
+
+/// Why `go_types.json` could not be read (a test keeps it readable).
+#[derive(Debug, thiserror::Error)]
+enum TableError {
+    #[error("go_types.json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("go_types.json: bad type {0}")]
+    BadType(String),
+}
+
+fn parse_table(text: &str) -> Result<Table, TableError> {
+    let raw: HashMap<String, Value> = serde_json::from_str(text)?;
+    let mut defs = HashMap::with_capacity(raw.len());
+    for (name, def) in raw {
+        let short = name.rsplit('.').next().unwrap_or(&name);
+        let package = name.rsplit('.').nth(1).unwrap_or_default();
+        let struct_name = def
+            .get("s")
+            .and_then(Value::as_str)
+            .unwrap_or(short)
+            .to_string();
+        let go_name = def
+            .get("n")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{package}.{short}"));
+        let mut fields = HashMap::new();
+        if let Some(f) = def.get("f").and_then(Value::as_object) {
+            for (field, ty) in f {
+                let (ty, embedded) = match ty {
+                    Value::Array(pair) if pair.len() == 2 => {
+                        (&pair[0], pair[1].as_str().map(str::to_string))
+                    }
+                    other => (other, None),
+                };
+                fields.insert(field.clone(), (parse_type(ty)?, embedded));
+            }
+        }
+        defs.insert(
+            name.clone(),
+            StructDef {
+                struct_name,
+                go_name,
+                fields,
+            },
+        );
+    }
+    Ok(Table { defs })
+}
+
+fn parse_type(v: &Value) -> Result<GoType, TableError> {
+    let bad = || TableError::BadType(v.to_string());
+    let (kind, name, elem) = match v {
+        Value::String(s) => (s.as_str(), None, None),
+        Value::Object(o) => (
+            o.get("k").and_then(Value::as_str).ok_or_else(bad)?,
+            o.get("n").and_then(Value::as_str).map(str::to_string),
+            o.get("e"),
+        ),
+        _ => return Err(bad()),
+    };
+    let kind = match kind {
+        "string" => Kind::String,
+        "int32" => Kind::Int32,
+        "int64" => Kind::Int64,
+        "float64" => Kind::Float64,
+        "bool" => Kind::Bool,
+        "bytes" => Kind::Bytes,
+        "intstr" => Kind::IntOrString,
+        "quantity" => Kind::Quantity,
+        "time" => Kind::Time,
+        "microtime" => Kind::MicroTime,
+        "any" => Kind::Any,
+        "list" => Kind::List(Box::new(parse_type(elem.ok_or_else(bad)?)?)),
+        "map" => Kind::Map(Box::new(parse_type(elem.ok_or_else(bad)?)?)),
+        s => match s.strip_prefix('#') {
+            Some(def) => Kind::Struct(def.to_string()),
+            None => return Err(bad()),
+        },
+    };
+    Ok(GoType { kind, name })
+}
+
+impl Table {
+    /// The Go name of `ty`, as reflect spells it (pointers are not shown).
+    fn go_name(&self, ty: &GoType) -> String {
+        if let Some(name) = &ty.name {
+            return name.clone();
+        }
+        match &ty.kind {
+            Kind::String => "string".into(),
+            Kind::Int32 => "int32".into(),
+            Kind::Int64 => "int64".into(),
+            Kind::Float64 => "float64".into(),
+            Kind::Bool => "bool".into(),
+            Kind::Bytes => "[]uint8".into(),
+            Kind::Uint8 => "uint8".into(),
+            Kind::IntOrString => "intstr.IntOrString".into(),
+            Kind::Quantity => "resource.Quantity".into(),
+            Kind::Time => "v1.Time".into(),
+            Kind::MicroTime => "v1.MicroTime".into(),
+            Kind::Any => "interface {}".into(),
+            Kind::List(e) => format!("[]{}", self.go_name(e)),
+            Kind::Map(e) => format!("map[string]{}", self.go_name(e)),
+            Kind::Struct(def) => match self.defs.get(def) {
+                Some(d) => d.go_name.clone(),
+                None => def.rsplit('.').next().unwrap_or(def).to_string(),
+            },
+        }
+    }
+}
+
+/// encoding/json's decoder state: the innermost struct and the field path
+/// (its error context) and the first noted error.
+struct Decoder<'a> {
+    table: &'a Table,
+    struct_name: &'a str,
+    fields: Vec<&'a str>,
+    saved: Option<GoDecodeError>,
+}
+
+/// The value type for `uint8` elements of a `[]byte` JSON array.
+static UINT8: GoType = GoType {
+    kind: Kind::Uint8,
+    name: None,
+};
+
+impl<'a> Decoder<'a> {
+    /// The error for `word` (a JSON value kind) decoded into `ty` here.
+    fn type_error(&self, word: String, go_type: String) -> GoDecodeError {
+        let mut field = self.struct_name.to_string();
+        for f in &self.fields {
+            field.push('.');
+            field.push_str(f);
+        }
+        GoDecodeError::Type {
+            value: word,
+            field,
+            go_type,
+        }
+    }
+
+    /// Notes an error; only the first one counts.
+    fn save(&mut self, err: GoDecodeError) {
+        if self.saved.is_none() {
+            self.saved = Some(err);
+        }
+    }
+
+    fn mismatch(&mut self, v: &Value, ty: &GoType) {
+        let err = self.type_error(json_word(v).into(), self.table.go_name(ty));
+        self.save(err);
+    }
+
+    /// Decodes `v` into `ty`; `Err` stops decoding (a custom decoder failed).
+    fn value(&mut self, ty: &'a GoType, v: &'a Value, depth: usize) -> Result<(), GoDecodeError> {
+        if depth > MAX_DEPTH || v.is_null() {
+            return Ok(());
+        }
+        match (&ty.kind, v) {
+            (Kind::String, Value::String(_))
+            | (Kind::Float64, Value::Number(_))
+            | (Kind::Bool, Value::Bool(_))
+            | (Kind::IntOrString, Value::String(_))
+            | (Kind::Any, _) => {}
+            (Kind::Int32 | Kind::Int64 | Kind::Uint8, Value::Number(n)) => {
+                let text = number_text(n);
+                if !fits(&text, &ty.kind) {
+                    let err = self.type_error(format!("number {text}"), self.table.go_name(ty));
+                    self.save(err);
+                }
+            }
+            (Kind::IntOrString, Value::Number(n)) => {
+                // IntOrString.UnmarshalJSON decodes a non-string as int32.
+                let text = number_text(n);
+                if !fits(&text, &Kind::Int32) {
+                    return Err(self.type_error(format!("number {text}"), "int32".into()));
+                }
+            }
+            (Kind::IntOrString, _) => {
+                return Err(self.type_error(json_word(v).into(), "int32".into()));
+            }
+            (Kind::Bytes, Value::String(s)) => {
+                if let Some(at) = base64_error(s.as_bytes()) {
+                    self.save(GoDecodeError::Base64(at));
+                }
+            }
+            (Kind::Bytes, Value::Array(items)) => {
+                for item in items {
+                    self.value(&UINT8, item, depth + 1)?;
+                }
+            }
+            (Kind::Quantity, _) => {
+                let text = match v {
+                    Value::String(s) => go_json_escape(s),
+                    Value::Number(n) => number_text(n),
+                    Value::Bool(b) => b.to_string(),
+                    // The raw JSON: it never has the quantity syntax.
+                    Value::Array(_) => "[".into(),
+                    _ => "{".into(),
+                };
+                if let Some(message) = quantity_parse_error(text.trim()) {
+                    return Err(GoDecodeError::Quantity(message));
+                }
+            }
+            (Kind::Time | Kind::MicroTime, Value::String(s)) => {
+                let layout = match ty.kind {
+                    Kind::Time => &RFC3339,
+                    _ => &RFC3339_MICRO,
+                };
+                if let Some(message) = time_parse_error(s, layout) {
+                    return Err(GoDecodeError::Time(message));
+                }
+            }
+            (Kind::Time | Kind::MicroTime, _) => {
+                // The inner json.Unmarshal into a string fails.
+                return Err(self.type_error(json_word(v).into(), "string".into()));
+            }
+            (Kind::List(elem), Value::Array(items)) => {
+                for item in items {
+                    self.value(elem, item, depth + 1)?;
+                }
+            }
+            (Kind::Map(elem), Value::Object(m)) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort_unstable();
+                for key in keys {
+                    self.value(elem, &m[key.as_str()], depth + 1)?;
+                }
+            }
+            (Kind::Struct(def), Value::Object(_)) => {
+                if let Some(def) = self.table.defs.get(def) {
+                    self.structure(def, v, depth)?;
+                }
+            }
+            _ => self.mismatch(v, ty),
+        }
+        Ok(())
+    }
+
+    /// Decodes the object `v` into the struct `def`; unknown fields are
+    /// skipped (strict decoding reports them only when nothing else fails).
+    fn structure(
+        &mut self,
+        def: &'a StructDef,
+        v: &'a Value,
+        depth: usize,
+    ) -> Result<(), GoDecodeError> {
+        let Value::Object(m) = v else {
+            return Ok(());
+        };
+        let outer = std::mem::replace(&mut self.struct_name, &def.struct_name);
+        let mut keys: Vec<&'a String> = m.keys().collect();
+        keys.sort_unstable();
+        let mut result = Ok(());
+        for key in keys {
+            let Some((ty, embedded)) = def.fields.get(key.as_str()) else {
+                continue;
+            };
+            let mark = self.fields.len();
+            if let Some(embedded) = embedded {
+                self.fields.extend(embedded.split('.'));
+            }
+            self.fields.push(key);
+            result = self.value(ty, &m[key.as_str()], depth + 1);
+            self.fields.truncate(mark);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.struct_name = outer;
+        result
+    }
+}
+
+/// encoding/json's word for a JSON value's kind.
+fn json_word(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The number's text in the patched document: Go's JSON encoding of it (a
+/// float64 in `%f` form between 1e-6 and 1e21, else in `%e` form with at
+/// least two exponent digits, negative ones trimmed to one).
+fn number_text(n: &Number) -> String {
+    if let Some(i) = n.as_i64() {
+        return i.to_string();
+    }
+    if let Some(u) = n.as_u64() {
+        return u.to_string();
+    }
+    let f = n.as_f64().unwrap_or_default();
+    let abs = f.abs();
+    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+        return f.to_string();
+    }
+    let e = format!("{f:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or_default();
+    if exp < 0 {
+        format!("{mantissa}e-{}", -exp)
+    } else {
+        format!("{mantissa}e+{exp:02}")
+    }
+}
+
+/// Whether `text` decodes into the integer kind (`strconv.ParseInt` of the
+/// literal, then the type's range).
+fn fits(text: &str, kind: &Kind) -> bool {
+    match kind {
+        Kind::Uint8 => text.parse::<u8>().is_ok(),
+        Kind::Int32 => text.parse::<i32>().is_ok(),
+        _ => text.parse::<i64>().is_ok(),
+    }
+}
+
+/// A string as it stands between the quotes in Go's JSON encoding (what
+/// `Quantity.UnmarshalJSON` parses: the quotes are cut, escapes are kept).
+fn go_json_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Where `base64.StdEncoding.Decode` fails on `src`, if it does (padding
+/// required, CR and LF skipped, trailing bits ignored).
+fn base64_error(src: &[u8]) -> Option<usize> {
+    fn sextet(b: u8) -> bool {
+        b.is_ascii_alphanumeric() || b == b'+' || b == b'/'
+    }
+    let newline = |b: u8| b == b'\n' || b == b'\r';
+    let mut si = 0;
+    while si < src.len() {
+        // One quantum of four characters.
+        let mut j = 0;
+        while j < 4 {
+            if si == src.len() {
+                return match j {
+                    0 => None,
+                    _ => Some(si - j),
+                };
+            }
+            let c = src[si];
+            si += 1;
+            if sextet(c) {
+                j += 1;
+                continue;
+            }
+            if newline(c) {
+                continue;
+            }
+            if c != b'=' {
+                return Some(si - 1);
+            }
+            // Padding: the quantum ends here.
+            match j {
+                0 | 1 => return Some(si - 1),
+                2 => {
+                    while si < src.len() && newline(src[si]) {
+                        si += 1;
+                    }
+                    if si == src.len() {
+                        return Some(src.len());
+                    }
+                    if src[si] != b'=' {
+                        return Some(si - 1);
+                    }
+                    si += 1;
+                }
+                _ => {}
+            }
+            while si < src.len() && newline(src[si]) {
+                si += 1;
+            }
+            return (si < src.len()).then_some(si);
+        }
+    }
+    None
+}
+
+/// One element of a `time.Parse` layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elem {
+    Lit(&'static str),
+    /// `2006`
+    Year,
+    /// `01`
+    Month,
+    /// `02`
+    Day,
+    /// `15`
+    Hour,
+    /// `04`
+    Minute,
+    /// `05`
+    Second,
+    /// `.000000`
+    Micros,
+    /// `Z07:00`
+    Zone,
+}
+
+struct Layout {
+    text: &'static str,
+    /// Whether six fraction digits follow the seconds.
+    micros: bool,
+}
+
+impl Layout {
+    fn elems(&self) -> impl Iterator<Item = Elem> + '_ {
+        const DATE_TIME: [Elem; 11] = [
+            Elem::Year,
+            Elem::Lit("-"),
+            Elem::Month,
+            Elem::Lit("-"),
+            Elem::Day,
+            Elem::Lit("T"),
+            Elem::Hour,
+            Elem::Lit(":"),
+            Elem::Minute,
+            Elem::Lit(":"),
+            Elem::Second,
+        ];
+        DATE_TIME
+            .into_iter()
+            .chain(self.micros.then_some(Elem::Micros))
+            .chain([Elem::Zone])
+    }
+}
+
+/// `time.RFC3339`, metav1.Time's layout.
+static RFC3339: Layout = Layout {
+    text: "2006-01-02T15:04:05Z07:00",
+    micros: false,
+};
+
+/// metav1.RFC3339Micro, metav1.MicroTime's layout.
+static RFC3339_MICRO: Layout = Layout {
+    text: "2006-01-02T15:04:05.000000Z07:00",
+    micros: true,
+};
+
+impl Elem {
+    fn text(self) -> &'static str {
+        match self {
+            Elem::Lit(s) => s,
+            Elem::Year => "2006",
+            Elem::Month => "01",
+            Elem::Day => "02",
+            Elem::Hour => "15",
+            Elem::Minute => "04",
+            Elem::Second => "05",
+            Elem::Micros => ".000000",
+            Elem::Zone => "Z07:00",
+        }
+    }
+}
+
+/// `time.Parse` failures: the element could not be read, or read out of range.
+enum ElemError {
+    Bad,
+    Range(&'static str),
+}
+
+/// Go's `getnum`: one or two digits (two when `fixed`).
+fn getnum(s: &[u8], fixed: bool) -> Result<(i64, &[u8]), ElemError> {
+    let digit = |i: usize| {
+        s.get(i)
+            .filter(|b| b.is_ascii_digit())
+            .map(|b| i64::from(b - b'0'))
+    };
+    let first = digit(0).ok_or(ElemError::Bad)?;
+    match digit(1) {
+        Some(second) => Ok((first * 10 + second, &s[2..])),
+        None if fixed => Err(ElemError::Bad),
+        None => Ok((first, &s[1..])),
+    }
+}
+
+/// Go's `atoi`: an optional sign and decimal digits, nothing else (as
+/// Rust parses an `i64`).
+fn atoi(s: &[u8]) -> Option<i64> {
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Reads one element from `value`; the rest of it, and the fields read.
+fn parse_elem<'v>(elem: Elem, value: &'v [u8], date: &mut [i64; 3]) -> Result<&'v [u8], ElemError> {
+    match elem {
+        Elem::Lit(_) => Ok(value),
+        Elem::Year => {
+            if value.len() < 4 || !value[0].is_ascii_digit() {
+                return Err(ElemError::Bad);
+            }
+            date[0] = atoi(&value[..4]).ok_or(ElemError::Bad)?;
+            Ok(&value[4..])
+        }
+        Elem::Month => {
+            let (month, rest) = getnum(value, true)?;
+            if !(1..=12).contains(&month) {
+                return Err(ElemError::Range("month"));
+            }
+            date[1] = month;
+            Ok(rest)
+        }
+        Elem::Day => {
+            let (day, rest) = getnum(value, true)?;
+            date[2] = day;
+            Ok(rest)
+        }
+        Elem::Hour => {
+            let (hour, rest) = getnum(value, false)?;
+            if hour >= 24 {
+                return Err(ElemError::Range("hour"));
+            }
+            Ok(rest)
+        }
+        Elem::Minute => {
+            let (minute, rest) = getnum(value, true)?;
+            if minute >= 60 {
+                return Err(ElemError::Range("minute"));
+            }
+            Ok(rest)
+        }
+        Elem::Second => {
+            let (second, rest) = getnum(value, true)?;
+            if second >= 60 {
+                return Err(ElemError::Range("second"));
+            }
+            Ok(rest)
+        }
+        Elem::Micros => {
+            if value.len() < 7 {
+                return Err(ElemError::Bad);
+            }
+            fraction(value, 7)?;
+            Ok(&value[7..])
+        }
+        Elem::Zone => {
+            if value.first() == Some(&b'Z') {
+                return Ok(&value[1..]);
+            }
+            if value.len() < 6 || value[3] != b':' {
+                return Err(ElemError::Bad);
+            }
+            let (hour, _) = getnum(&value[1..3], true)?;
+            let (minute, _) = getnum(&value[4..6], true)?;
+            // A range error is told before a bad sign.
+            if minute > 60 {
+                return Err(ElemError::Range("time zone offset minute"));
+            }
+            if hour > 24 {
+                return Err(ElemError::Range("time zone offset hour"));
+            }
+            if !matches!(value[0], b'+' | b'-') {
+                return Err(ElemError::Bad);
+            }
+            Ok(&value[6..])
+        }
+    }
+}
+
+/// Go's `parseNanoseconds` of `value[..n]` (a period or comma, then digits).
+fn fraction(value: &[u8], n: usize) -> Result<(), ElemError> {
+    if !matches!(value.first(), Some(b'.' | b',')) {
+        return Err(ElemError::Bad);
+    }
+    let n = n.min(10);
+    match atoi(&value[1..n]) {
+        None => Err(ElemError::Bad),
+        Some(ns) if ns < 0 => Err(ElemError::Range("fractional second")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `time.Parse(layout, s)`'s error message, if it fails.
+fn time_parse_error(s: &str, layout: &Layout) -> Option<String> {
+    let whole = s.as_bytes();
+    let mut value = whole;
+    let mut date = [0i64; 3];
+    let cannot = |value_elem: &[u8], layout_elem: &str| {
+        format!(
+            "parsing time {} as {}: cannot parse {} as {}",
+            time_quote(whole),
+            time_quote(layout.text.as_bytes()),
+            time_quote(value_elem),
+            time_quote(layout_elem.as_bytes())
+        )
+    };
+    let range = |what: &str| format!("parsing time {}: {what} out of range", time_quote(whole));
+    for elem in layout.elems() {
+        if let Elem::Lit(lit) = elem {
+            for &b in lit.as_bytes() {
+                match value.split_first() {
+                    Some((&first, rest)) if first == b => value = rest,
+                    _ => return Some(cannot(value, lit)),
+                }
+            }
+            continue;
+        }
+        let hold = value;
+        match parse_elem(elem, value, &mut date) {
+            Ok(rest) => value = rest,
+            Err(ElemError::Bad) => return Some(cannot(hold, elem.text())),
+            Err(ElemError::Range(what)) => return Some(range(what)),
+        }
+        // A fraction after the seconds is read even when the layout has
+        // none (unless the layout's own fraction comes next).
+        if elem == Elem::Second
+            && !layout.micros
+            && value.len() >= 2
+            && matches!(value[0], b'.' | b',')
+            && value[1].is_ascii_digit()
+        {
+            let n = 2 + value[2..].iter().take_while(|b| b.is_ascii_digit()).count();
+            if let Err(err) = fraction(value, n) {
+                return Some(match err {
+                    ElemError::Bad => cannot(hold, elem.text()),
+                    ElemError::Range(what) => range(what),
+                });
+            }
+            value = &value[n..];
+        }
+    }
+    if !value.is_empty() {
+        return Some(format!(
+            "parsing time {}: extra text: {}",
+            time_quote(whole),
+            time_quote(value)
+        ));
+    }
+    let [year, month, day] = date;
+    if day < 1 || day > days_in(month, year) {
+        return Some(range("day"));
+    }
+    None
+}
+
+fn days_in(month: i64, year: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The time package's `quote`: bytes outside printable ASCII as `\xNN`.
+fn time_quote(s: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for &b in s {
+        match b {
+            b'"' | b'\\' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7f => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+#[path = "go_decode_tests.rs"]
+mod tests;
