@@ -556,25 +556,29 @@ impl PolicySet {
     /// ([`PolicySet::matched`]) and then hands it to
     /// [`PolicySet::admit_prematched`].
     pub fn prematch(&self, request: &AdmissionRequest, ctx: &AdmissionContext<'_>) -> Prematch {
+        let candidates = self.index.candidates(&request.resource.resource);
         if request.object.is_none() || request.operation == "DELETE" || is_policy_object(request) {
             return Prematch {
                 bindings: self.bindings.len(),
+                candidates,
                 results: Vec::new(),
             };
         }
-        let mut results: Vec<Option<BindingMatch>> = Vec::new();
-        results.resize_with(self.bindings.len(), || None);
-        for i in self.index.candidates(&request.resource.resource) {
-            let (binding, pi) = &self.bindings[i];
-            results[i] = Some(BindingMatch::of(
-                &self.policies[*pi].policy,
-                binding,
-                request,
-                ctx,
-            ));
-        }
+        let results = candidates
+            .iter()
+            .map(|&i| {
+                let (binding, pi) = &self.bindings[i];
+                Some(BindingMatch::of(
+                    &self.policies[*pi].policy,
+                    binding,
+                    request,
+                    ctx,
+                ))
+            })
+            .collect();
         Prematch {
             bindings: self.bindings.len(),
+            candidates,
             results,
         }
     }
@@ -608,14 +612,16 @@ impl PolicySet {
     /// skip it. A binding whose matching fails (e.g. an unknown namespace)
     /// is included, since its failure policy decides.
     pub fn matched(&self, prematch: &Prematch) -> Vec<MatchedBinding<'_>> {
-        self.bindings
+        prematch
+            .candidates
             .iter()
             .zip(&prematch.results)
             .filter(|(_, result)| result.as_ref().is_some_and(BindingMatch::acts))
-            .map(|((binding, pi), _)| MatchedBinding {
-                policy: &self.policies[*pi].policy.name,
+            .map(|(&i, _)| (&self.bindings[i].0, self.bindings[i].1))
+            .map(|(binding, pi)| MatchedBinding {
+                policy: &self.policies[pi].policy.name,
                 binding: &binding.name,
-                failure_policy: self.policies[*pi].policy.failure_policy,
+                failure_policy: self.policies[pi].policy.failure_policy,
             })
             .collect()
     }
@@ -709,13 +715,19 @@ impl PolicySet {
             };
             return (outcome, original);
         }
+        let mut prematch = prematch.filter(|p| p.bindings == self.bindings.len());
+        // Only the bindings that can match the request's resource, in order.
+        let candidates = match &mut prematch {
+            Some(p) => std::mem::take(&mut p.candidates),
+            None => self.index.candidates(&request.resource.resource),
+        };
         let mut state = AdmissionState {
             attrs: request,
             request_json: None,
             reinvoke: None,
             invoked_if_needed: BTreeSet::new(),
             first_results: HashMap::default(),
-            prematch: prematch.filter(|p| p.bindings == self.bindings.len()),
+            prematch,
             quiet: BindingSet::default(),
             changed: false,
             touched: false,
@@ -724,17 +736,20 @@ impl PolicySet {
             checks: ObjectChecks::default(),
             original,
         };
-        let outcome = self.run_passes(&mut state, ctx);
+        let outcome = self.run_passes(&mut state, &candidates, ctx);
         (outcome, state.original)
     }
 
     /// The admission's passes over the bindings: the first, and the
     /// reinvocation pass when an IfNeeded invocation ran and the object
     /// changed.
-    fn run_passes(&self, state: &mut AdmissionState<'_>, ctx: &AdmissionContext<'_>) -> Outcome {
+    fn run_passes(
+        &self,
+        state: &mut AdmissionState<'_>,
+        candidates: &[usize],
+        ctx: &AdmissionContext<'_>,
+    ) -> Outcome {
         let observer = state.observer;
-        // Only the bindings that can match the request's resource.
-        let candidates = self.index.candidates(&state.attrs.resource.resource);
         for _pass in 0..2 {
             // Upstream: one caching authorizer per dispatch (NewCachingAuthorizer).
             let caching = CachingAuthorizer::new(ctx.authorizer);
@@ -743,7 +758,7 @@ impl PolicySet {
                 ..*ctx
             };
             state.changed = false;
-            for &index in &candidates {
+            for (candidate, &index) in candidates.iter().enumerate() {
                 let (binding, pi) = &self.bindings[index];
                 let compiled = &self.policies[*pi];
                 // A Never binding that gave the first pass neither an error
@@ -752,7 +767,7 @@ impl PolicySet {
                 // check stops it: this pass changes nothing else it reads.
                 let reinvocable =
                     compiled.policy.reinvocation_policy == ReinvocationPolicy::IfNeeded;
-                if state.reinvoke.is_some() && !reinvocable && state.quiet.contains(index) {
+                if state.reinvoke.is_some() && !reinvocable && state.quiet.contains(candidate) {
                     continue;
                 }
                 if observer.interrupted() {
@@ -762,13 +777,13 @@ impl PolicySet {
                     };
                 }
                 let errors = state.errors.len();
-                let dispatched = self.dispatch_binding(compiled, index, binding, ctx, state);
+                let dispatched = self.dispatch_binding(compiled, candidate, binding, ctx, state);
                 if state.reinvoke.is_none()
                     && compiled.policy.param_kind.is_none()
                     && state.errors.len() == errors
                     && !BindingMatch::reads_object(&compiled.policy, binding, &state.attrs)
                 {
-                    state.quiet.insert(index);
+                    state.quiet.insert(candidate);
                 }
                 if let Err(status) = dispatched {
                     // Status errors end the admission whatever the failure policy.
@@ -809,13 +824,13 @@ impl PolicySet {
         }
     }
 
-    /// Runs one binding of one policy (the set's `binding_index`th):
+    /// Runs one binding of one policy (the request's `candidate`th):
     /// matching (the prematch's, where it holds), params, and an invocation
     /// per param (match conditions, then the mutations in order).
     fn dispatch_binding(
         &self,
         compiled: &CompiledPolicy,
-        binding_index: usize,
+        candidate: usize,
         binding: &Binding,
         ctx: &AdmissionContext<'_>,
         state: &mut AdmissionState<'_>,
@@ -835,10 +850,7 @@ impl PolicySet {
                     && (!state.changed
                         || !BindingMatch::reads_object(policy, binding, &state.attrs)) =>
             {
-                prematch
-                    .results
-                    .get_mut(binding_index)
-                    .and_then(Option::take)
+                prematch.results.get_mut(candidate).and_then(Option::take)
             }
             _ => None,
         };
@@ -1242,7 +1254,7 @@ struct AdmissionState<'o> {
     first_results: HashMap<(String, usize), Option<FirstResult>, FastHash>,
     /// Each binding's matching, made before the admission, for the first pass.
     prematch: Option<Prematch>,
-    /// The bindings whose first-pass dispatch recorded no error, had no
+    /// The candidates (by position) whose first-pass dispatch recorded no error, had no
     /// params to find (and so observed no missing one), and whose matching
     /// does not read the object.
     quiet: BindingSet,
@@ -1287,8 +1299,12 @@ impl Original {
 pub struct Prematch {
     /// How many bindings the set had.
     bindings: usize,
-    /// Each binding's matching, by index, until the admission takes it;
-    /// none at all for a request the admission does not dispatch.
+    /// The bindings the request's resource can match (the index's
+    /// candidates), in dispatch order.
+    candidates: Vec<usize>,
+    /// Each candidate's matching, by position in `candidates`, until the
+    /// admission takes it; none at all for a request the admission does not
+    /// dispatch.
     results: Vec<Option<BindingMatch>>,
 }
 
@@ -1341,7 +1357,7 @@ impl BindingMatch {
     }
 }
 
-/// A set of binding indexes: a bit each, the first 256 inline.
+/// A set of candidate positions: a bit each, the first 256 inline.
 #[derive(Default)]
 struct BindingSet(smallvec::SmallVec<[u64; 4]>);
 
