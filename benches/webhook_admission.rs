@@ -148,7 +148,49 @@ fn webhook_admission(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, webhook_admission);
+/// The fixture with `count` more policies loaded that match only other
+/// resources (`bench/webhook/non-matching-policies.sh`, one bundle file).
+fn fixture_with_non_matching(count: usize) -> (Engine, Vec<u8>) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("non-matching-{count}"));
+    let status = std::process::Command::new("bash")
+        .arg(root.join("bench/webhook/non-matching-policies.sh"))
+        .arg(&dir)
+        .arg(count.to_string())
+        .arg("bundle")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("bash runs");
+    assert!(status.success(), "non-matching-policies.sh failed");
+    let (engine, body) = load(&EngineSources::under(&dir), &dir.join("review.json"));
+    assert_eq!(
+        (engine.policies(), engine.bindings()),
+        (10 + count, 10 + count)
+    );
+    (engine, body)
+}
+
+/// A matching request with 0, 1,000 and 10,000 policies for other
+/// resources loaded: the same answer, and (issue 31) nearly the same time.
+fn non_matching_policies(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fixture-request-with-non-matching-policies");
+    let mut first_answer = None;
+    for count in [0, 1_000, 10_000] {
+        let (engine, body) = fixture_with_non_matching(count);
+        let answer = serve_one(&engine, &body);
+        assert_eq!(
+            first_answer.get_or_insert_with(|| answer.clone()),
+            &answer,
+            "{count} non-matching policies change the answer"
+        );
+        group.bench_function(count.to_string(), |b| {
+            b.iter(|| serve_one(&engine, black_box(&body)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, webhook_admission, non_matching_policies);
 
 /// Criterion's main, or with `KMUTATE_PROFILE_ITERATIONS=N` exactly N
 /// requests and no measurement, for instruction counts under callgrind
