@@ -1489,6 +1489,26 @@ fn apply_mutation(
         MutationValue::Apply(applied) => {
             let live = checks.live(schema);
             let known_patch = applied.checks_for(schema);
+            // Upstream converts the merged object into its Go type; only what
+            // the patch brought can fail there (the object was typed), so the
+            // patch is checked, and the merge runs on a copy when it fails:
+            // its own errors come first, and the object stays as it was.
+            if let Some(err) = crate::schema::go_convert_error(&applied.patch, schema.name()) {
+                let mut scratch = object.clone();
+                apply_configuration_in_place(
+                    &mut scratch,
+                    live,
+                    applied.patch,
+                    known_patch,
+                    schema,
+                    None,
+                )
+                .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
+                return Err(StepError::Policy(format!(
+                    "unable to convert unstructured object to {}: {err}",
+                    object_gvk(&scratch)
+                )));
+            }
             let changed = apply_configuration_in_place(
                 object,
                 live,
@@ -1538,6 +1558,19 @@ fn apply_mutation(
             Err(e) => Err(StepError::Policy(format!("JSON Patch: {e}"))),
         },
     }
+}
+
+/// `group/version, Kind=kind` of an object, from its `apiVersion` and `kind`.
+fn object_gvk(object: &Json) -> String {
+    let field = |name: &str| object.get(name).and_then(Json::as_str).unwrap_or_default();
+    let (group, version) = field("apiVersion")
+        .split_once('/')
+        .unwrap_or(("", field("apiVersion")));
+    gvk_string(&crate::request::GroupVersionKind {
+        group: group.into(),
+        version: version.into(),
+        kind: field("kind").into(),
+    })
 }
 
 /// An error that ends the admission whatever the failure policy (upstream's

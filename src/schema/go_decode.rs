@@ -18,6 +18,9 @@
 //! Keys are decoded in sorted order (the patched document is a re-encoded Go
 //! map); null decodes into anything. Custom kinds are decoded into
 //! unstructured objects: only their `apiVersion` and `kind` are checked.
+//!
+//! An ApplyConfiguration's merged object is instead converted from
+//! unstructured ([`go_convert_error`]), with other rules and messages.
 //! The Go types come from `go_types.json` (tools/gen_go_types.py).
 
 use std::collections::HashMap;
@@ -51,6 +54,17 @@ pub enum GoDecodeError {
     /// A `metav1.Time` or `metav1.MicroTime` does not parse (`time.Parse`).
     #[error("{0}")]
     Time(String),
+    /// An unstructured number that is not whole, for an integer field.
+    #[error("cannot convert {from} to {to}")]
+    Convert { from: &'static str, to: String },
+    /// A custom JSON decoder's type error, without a field path (the
+    /// unstructured converter decodes the value alone).
+    #[error("json: cannot unmarshal {value} into Go value of type {go_type}")]
+    Json { value: String, go_type: String },
+    /// A `[]byte` field's string is not standard base64, told by the
+    /// unstructured converter.
+    #[error("error decoding from json: illegal base64 data at input byte {0}")]
+    Base64Json(usize),
     /// `apiVersion` or `kind` is not a string.
     #[error("couldn't get version/kind; json parse error: json: cannot unmarshal {value} into Go struct field .{field} of type string")]
     TypeMeta {
@@ -334,28 +348,8 @@ impl<'a> Decoder<'a> {
                     self.value(&UINT8, item, depth + 1)?;
                 }
             }
-            (Kind::Quantity, _) => {
-                let text = match v {
-                    Value::String(s) => go_json_escape(s),
-                    Value::Number(n) => number_text(n),
-                    Value::Bool(b) => b.to_string(),
-                    // The raw JSON: it never has the quantity syntax.
-                    Value::Array(_) => "[".into(),
-                    _ => "{".into(),
-                };
-                if let Some(message) = quantity_parse_error(text.trim()) {
-                    return Err(GoDecodeError::Quantity(message));
-                }
-            }
-            (Kind::Time | Kind::MicroTime, Value::String(s)) => {
-                let layout = match ty.kind {
-                    Kind::Time => &RFC3339,
-                    _ => &RFC3339_MICRO,
-                };
-                if let Some(message) = time_parse_error(s, layout) {
-                    return Err(GoDecodeError::Time(message));
-                }
-            }
+            (Kind::Quantity, _) => quantity_error(v)?,
+            (Kind::Time | Kind::MicroTime, Value::String(s)) => time_error(&ty.kind, s)?,
             (Kind::Time | Kind::MicroTime, _) => {
                 // The inner json.Unmarshal into a string fails.
                 return Err(self.type_error(json_word(v).into(), "string".into()));
@@ -366,10 +360,8 @@ impl<'a> Decoder<'a> {
                 }
             }
             (Kind::Map(elem), Value::Object(m)) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort_unstable();
-                for key in keys {
-                    self.value(elem, &m[key.as_str()], depth + 1)?;
+                for child in m.values() {
+                    self.value(elem, child, depth + 1)?;
                 }
             }
             (Kind::Struct(def), Value::Object(_)) => {
@@ -394,10 +386,9 @@ impl<'a> Decoder<'a> {
             return Ok(());
         };
         let outer = std::mem::replace(&mut self.struct_name, &def.struct_name);
-        let mut keys: Vec<&'a String> = m.keys().collect();
-        keys.sort_unstable();
         let mut result = Ok(());
-        for key in keys {
+        // serde_json's map iterates in key order (see `keys_iterate_sorted`).
+        for (key, child) in m {
             let Some((ty, embedded)) = def.fields.get(key.as_str()) else {
                 continue;
             };
@@ -406,7 +397,7 @@ impl<'a> Decoder<'a> {
                 self.fields.extend(embedded.split('.'));
             }
             self.fields.push(key);
-            result = self.value(ty, &m[key.as_str()], depth + 1);
+            result = self.value(ty, child, depth + 1);
             self.fields.truncate(mark);
             if result.is_err() {
                 break;
@@ -415,6 +406,117 @@ impl<'a> Decoder<'a> {
         self.struct_name = outer;
         result
     }
+}
+
+/// `Quantity.UnmarshalJSON` of `v`: its raw JSON, unquoted, must parse.
+fn quantity_error(v: &Value) -> Result<(), GoDecodeError> {
+    let text = match v {
+        Value::String(s) => go_json_escape(s),
+        Value::Number(n) => number_text(n),
+        Value::Bool(b) => b.to_string(),
+        // The raw JSON: it never has the quantity syntax.
+        Value::Array(_) => "[".into(),
+        _ => "{".into(),
+    };
+    match quantity_parse_error(text.trim()) {
+        Some(message) => Err(GoDecodeError::Quantity(message)),
+        None => Ok(()),
+    }
+}
+
+/// `Time.UnmarshalJSON` / `MicroTime.UnmarshalJSON` of the string `s`.
+fn time_error(kind: &Kind, s: &str) -> Result<(), GoDecodeError> {
+    let layout = match kind {
+        Kind::MicroTime => &RFC3339_MICRO,
+        _ => &RFC3339,
+    };
+    match time_parse_error(s, layout) {
+        Some(message) => Err(GoDecodeError::Time(message)),
+        None => Ok(()),
+    }
+}
+
+/// The first error converting `object` (an ApplyConfiguration's merged
+/// result, of the type named `type_name`) from unstructured into its Go
+/// type would meet (apimachinery `DefaultUnstructuredConverter.
+/// FromUnstructured`, which upstream runs after the merge); `None` when it
+/// converts. SMD's typed conversion has already checked the JSON kinds, so
+/// what is left is what the Go types add: integers that are not whole,
+/// and the types with their own JSON decoding (quantities, times,
+/// IntOrString, base64 bytes), whose errors are told without a field path.
+/// An integer out of its type's range converts (it wraps).
+pub fn go_convert_error(object: &Value, type_name: Option<&str>) -> Option<GoDecodeError> {
+    let table = table();
+    let def = table.defs.get(type_name?)?;
+    convert_struct(table, def, object, 0).err()
+}
+
+fn convert_struct(
+    table: &Table,
+    def: &StructDef,
+    v: &Value,
+    depth: usize,
+) -> Result<(), GoDecodeError> {
+    let Value::Object(m) = v else {
+        return Ok(());
+    };
+    for (key, child) in m {
+        if let Some((ty, _)) = def.fields.get(key.as_str()) {
+            convert(table, ty, child, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+fn convert(table: &Table, ty: &GoType, v: &Value, depth: usize) -> Result<(), GoDecodeError> {
+    if depth > MAX_DEPTH || v.is_null() {
+        return Ok(());
+    }
+    let json = |value: String, go_type: &str| GoDecodeError::Json {
+        value,
+        go_type: go_type.into(),
+    };
+    match (&ty.kind, v) {
+        (Kind::Int32 | Kind::Int64, Value::Number(n))
+            if n.as_f64().is_some_and(|f| f.fract() != 0.0) =>
+        {
+            return Err(GoDecodeError::Convert {
+                from: "float64",
+                to: table.go_name(ty),
+            });
+        }
+        (Kind::IntOrString, Value::Number(n)) if !fits(&number_text(n), &Kind::Int32) => {
+            return Err(json(format!("number {}", number_text(n)), "int32"));
+        }
+        (Kind::IntOrString, Value::Bool(_) | Value::Array(_) | Value::Object(_)) => {
+            return Err(json(json_word(v).into(), "int32"));
+        }
+        (Kind::Quantity, _) => quantity_error(v)?,
+        (Kind::Time | Kind::MicroTime, Value::String(s)) => time_error(&ty.kind, s)?,
+        (Kind::Time | Kind::MicroTime, _) => return Err(json(json_word(v).into(), "string")),
+        (Kind::Bytes, Value::String(s)) => {
+            if let Some(at) = base64_error(s.as_bytes()) {
+                return Err(GoDecodeError::Base64Json(at));
+            }
+        }
+        (Kind::List(elem), Value::Array(items)) => {
+            for item in items {
+                convert(table, elem, item, depth + 1)?;
+            }
+        }
+        (Kind::Map(elem), Value::Object(m)) => {
+            for child in m.values() {
+                convert(table, elem, child, depth + 1)?;
+            }
+        }
+        (Kind::Struct(def), Value::Object(_)) => {
+            if let Some(def) = table.defs.get(def) {
+                convert_struct(table, def, v, depth)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// encoding/json's word for a JSON value's kind.

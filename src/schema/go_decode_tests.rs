@@ -11,6 +11,22 @@ fn message(object: Value, ty: &str) -> Option<String> {
     go_decode_error(&object, Some(ty)).map(|e| e.to_string())
 }
 
+/// The decoder meets keys in sorted order, as upstream's decoder meets them
+/// in the re-encoded Go map: serde_json's map (without `preserve_order`)
+/// iterates that way.
+#[test]
+fn keys_iterate_sorted() {
+    let object: Value =
+        serde_json::from_str(r#"{"b": 1, "a": 2, "B": 3, "aa": 4}"#).unwrap_or_default();
+    let keys: Vec<&str> = object
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["B", "a", "aa", "b"]);
+}
+
 #[test]
 fn table_parses() {
     let table = parse_table(include_str!("go_types.json")).expect("go_types.json");
@@ -206,6 +222,50 @@ fn time_parse_errors_follow_go() {
     );
     assert_eq!(
         time_parse_error("2024-01-01T00:00:00.000001Z", &RFC3339_MICRO),
+        None
+    );
+}
+
+#[test]
+fn unstructured_conversion_errors() {
+    let convert =
+        |object: Value, ty: &str| go_convert_error(&object, Some(ty)).map(|e| e.to_string());
+    let deployment = "io.k8s.api.apps.v1.Deployment";
+    assert_eq!(
+        convert(json!({"spec": {"replicas": 1.5}}), deployment).as_deref(),
+        Some("cannot convert float64 to int32")
+    );
+    // Whole numbers convert, out of range ones too (they wrap).
+    assert_eq!(
+        convert(json!({"spec": {"replicas": 3000000000u64}}), deployment),
+        None
+    );
+    assert_eq!(
+        convert(json!({"binaryData": {"a": "YQ="}}), CONFIG_MAP).as_deref(),
+        Some("error decoding from json: illegal base64 data at input byte 3")
+    );
+    assert_eq!(
+        convert(json!({"metadata": {"creationTimestamp": 5}}), CONFIG_MAP).as_deref(),
+        Some("json: cannot unmarshal number into Go value of type string")
+    );
+    assert_eq!(
+        convert(
+            json!({"spec": {"ports": [{"targetPort": 1.5}]}}),
+            "io.k8s.api.core.v1.Service"
+        )
+        .as_deref(),
+        Some("json: cannot unmarshal number 1.5 into Go value of type int32")
+    );
+    assert_eq!(
+        convert(json!({"spec": {"overhead": {"cpu": true}}}), POD).as_deref(),
+        Some("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+    );
+    assert_eq!(
+        convert(json!({"spec": {"overhead": {"cpu": 1.5}}}), POD),
+        None
+    );
+    assert_eq!(
+        convert(json!({"spec": {"replicas": 1.5}}), "example.com/v1.Widget"),
         None
     );
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-pub use go_decode::{go_decode_error, GoDecodeError};
+pub use go_decode::{go_convert_error, go_decode_error, GoDecodeError};
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
 
