@@ -69,6 +69,9 @@ FEATURES = [
     ("reinvocation", 300),
     ("failure-policy", 350),
     ("multi-policy", 300),
+    ("bindings", 250),
+    ("json-patch-move-copy", 250),
+    ("custom-kinds", 250),
 ]
 
 # ---------------------------------------------------------------------------
@@ -97,6 +100,9 @@ KINDS = {
     "Widget": (GROUP, "v1", "widgets", True),
 }
 KIND_NAMES = list(KINDS)
+# a cluster-scoped custom kind, the request's object in the custom-kinds feature only
+# (KIND_NAMES, which the other features draw from, stays as it is)
+KINDS["Tunable"] = (GROUP, "v1", "tunables", False)
 
 WIDGET_SPEC = {
     "type": "object",
@@ -239,6 +245,13 @@ def rand_object(rng, kind, ns):
         if rng.random() < 0.4:
             spec["config"] = {"mode": rng.choice(LABEL_VALUES)}
         obj["spec"] = spec
+    elif kind == "Tunable":
+        spec = {"prefix": rng.choice(["pre", "x"])}
+        if rng.random() < 0.6:
+            spec["count"] = rng.randint(1, 5)
+        if rng.random() < 0.5:
+            spec["labels"] = {"zone": rng.choice(["a", "b"])}
+        obj["spec"] = spec
     return obj
 
 
@@ -276,6 +289,7 @@ class Ctx:
         self.string_vars = []                 # names of string-valued variables
         self.int_vars = []
         self.allow_errors = 0.0               # chance an expression errors at run time
+        self.move_copy = False                # JSONPatch move and copy operations
 
     def choice(self, xs):
         return self.rng.choice(xs)
@@ -450,6 +464,10 @@ def apply_configuration(c):
                  % (q(r.choice(["http", "metrics", "dns"])), r.choice([80, 9090, 53]), q(r.choice(["TCP", "UDP"])), r.choice([80, 8443])),
                  lambda: "Object{spec: Object.spec{type: %s}}" % q(r.choice(["ClusterIP", "NodePort"])),
                  lambda: "Object{spec: Object.spec{sessionAffinity: %s}}" % q(r.choice(["None", "ClientIP"]))]
+    elif k == "Tunable":
+        gens += [lambda: "Object{spec: Object.spec{prefix: %s}}" % str_expr(c),
+                 lambda: "Object{spec: Object.spec{count: %s}}" % int_expr(c),
+                 lambda: "Object{spec: Object.spec{labels: %s}}" % map_literal(c, [r.choice(["zone", "example.com/x"])], lambda: str_expr(c))]
     elif k == "Widget":
         gens += [lambda: "Object{spec: Object.spec{replicas: %s}}" % int_expr(c),
                  lambda: "Object{spec: Object.spec{size: %s}}" % str_expr(c),
@@ -518,8 +536,41 @@ def json_patch(c, obj):
         ops.append(lambda: jp("add", "%s + jsonpatch.escapeKey(%s)" % (q("/spec/config/"), q(r.choice(["a/b", "m~n", "plain"]))), str_expr(c)))
         ops.append(lambda: jp("remove", q("/spec/items/0")))
         ops.append(lambda: jp("add", q("/spec/items/-"), obj_literal([("name", q("second")), ("value", str_expr(c))])))
+    elif k == "Tunable":
+        ops.append(lambda: jp(r.choice(["add", "replace"]), q("/spec/prefix"), str_expr(c)))
+        ops.append(lambda: jp("add", "%s + jsonpatch.escapeKey(%s)" % (q("/spec/labels/"), q(r.choice(["zone", "a/b"]))), str_expr(c)))
+        ops.append(lambda: jp("remove", q("/spec/count")))
+    if c.move_copy:
+        ops = move_copy_ops(c, obj) + ops[:2]
     n = r.choice([1, 1, 1, 2, 2, 3])
     return "[" + ", ".join(r.choice(ops)() for _ in range(n)) + "]"
+
+
+def move_copy_ops(c, obj):
+    """JSONPatch move and copy (from: a JSON pointer), applicable or not."""
+    r = c.rng
+    meta = obj["metadata"]
+    esc = lambda k: k.replace("~", "~0").replace("/", "~1")
+    present = ["/metadata/%s/%s" % (f, esc(k)) for f in ("labels", "annotations") for k in meta.get(f, {})]
+    parents = [f for f in ("labels", "annotations") if f in meta] or ["labels"]
+    src = lambda: q(r.choice(present) if present and r.random() < 0.8 else "/metadata/labels/" + r.choice(["app", "absent"]))
+    dst = lambda: q("/metadata/%s/%s" % (r.choice(parents) if r.random() < 0.85 else "annotations", r.choice(["copied", "moved", "app"])))
+    ops = [lambda: "JSONPatch{op: %s, from: %s, path: %s}" % (q(r.choice(["copy", "move"])), src(), dst()),
+           lambda: "JSONPatch{op: \"copy\", from: \"/metadata/name\", path: %s}" % dst()]
+    k = c.kind
+    if k == "ConfigMap":
+        ops.append(lambda: "JSONPatch{op: %s, from: %s, path: %s}" % (q(r.choice(["copy", "move"])), q("/data/" + r.choice(["mode", "level"])), q("/data/" + r.choice(["moved", "color"]))))
+    elif k in ("Pod", "Deployment"):
+        base = "/spec" if k == "Pod" else "/spec/template/spec"
+        ops.append(lambda: "JSONPatch{op: \"copy\", from: %s, path: %s}" % (q(base + "/containers/0/image"), q(base + "/containers/" + r.choice(["1", "0"]) + "/image")))
+        ops.append(lambda: "JSONPatch{op: \"move\", from: %s, path: %s}" % (q(base + "/nodeSelector"), q("/metadata/annotations")))
+    elif k == "Widget":
+        ops.append(lambda: "JSONPatch{op: %s, from: \"/spec/tags/0\", path: \"/spec/tags/-\"}" % q(r.choice(["copy", "move"])))
+        ops.append(lambda: "JSONPatch{op: \"copy\", from: \"/spec/size\", path: \"/spec/config/size\"}")
+    elif k == "Service":
+        ops.append(lambda: "JSONPatch{op: \"copy\", from: \"/spec/ports/0\", path: \"/spec/ports/-\"}")
+        ops.append(lambda: "JSONPatch{op: \"move\", from: \"/spec/selector\", path: \"/metadata/labels\"}")
+    return ops
 
 
 def mutation(c, obj, patch_type=None):
@@ -698,6 +749,7 @@ def make_policy(rng, c, obj, pname, **kw):
     if n_vars:
         spec["variables"] = variables(c, n_vars)
     c.allow_errors = kw.get("erroring", 0.0)
+    c.move_copy = kw.get("move_copy", False)
     spec["mutations"] = [mutation(c, obj, kw.get("patch_type")) for _ in range(kw.get("mutations", rng.choice([1, 1, 1, 2])))]
     c.allow_errors = 0.0
     c.string_vars, c.int_vars = [], []
@@ -805,6 +857,41 @@ def feat_multi_policy(rng):
     return case
 
 
+def feat_bindings(rng):
+    """One policy bound several times (own matchResources, paramRef): one invocation per binding."""
+    case = base_case(rng)
+    pk = rng.choice([None, "ConfigMap", "ConfigMap", "Tunable"])
+    if pk:
+        case["params"] = param_objects(rng, pk)
+    add_policy(rng, case, 0, param_kind=pk, conditions=rng.choice([0, 1]), n_vars=rng.choice([0, 1]),
+               binding_kw={"match_resources": rng.random() < 0.5})
+    for j in range(1, rng.choice([2, 3]) + 1):
+        pr = param_ref(rng, pk, case["ns"]) if pk else None
+        mr = match_constraints(rng, case["kind"], case["op"], True, case["object"], case["ns"]) if rng.random() < 0.5 else None
+        case["bindings"].append(binding(rng, "p0-binding-%d" % j, "p0", pr, mr))
+    return case
+
+
+def feat_json_patch_move_copy(rng):
+    case = base_case(rng)
+    add_policy(rng, case, 0, patch_type="JSONPatch", move_copy=True, conditions=0, n_vars=0, mutations=rng.choice([1, 1, 2]))
+    return case
+
+
+def feat_custom_kinds(rng):
+    """Widget (namespaced, list map items, atomic tags) and Tunable (cluster-scoped) requests."""
+    case = base_case(rng, kinds=["Widget", "Widget", "Tunable"])
+    for i in range(rng.choice([1, 1, 2])):
+        pk = rng.choice([None, None, "ConfigMap", "Tunable"])
+        if pk and not case["params"]:
+            case["params"] = param_objects(rng, pk)
+        elif pk:
+            pk = None
+        add_policy(rng, case, i, param_kind=pk, elaborate_match=rng.random() < 0.3, erroring=0.05,
+                   mutations=rng.choice([1, 1, 2]))
+    return case
+
+
 GENERATORS = {
     "apply-configuration": feat_apply_configuration,
     "json-patch": feat_json_patch,
@@ -815,6 +902,9 @@ GENERATORS = {
     "reinvocation": feat_reinvocation,
     "failure-policy": feat_failure_policy,
     "multi-policy": feat_multi_policy,
+    "bindings": feat_bindings,
+    "json-patch-move-copy": feat_json_patch_move_copy,
+    "custom-kinds": feat_custom_kinds,
 }
 
 
@@ -868,7 +958,7 @@ def run_oracle_uncached(oracle, inp, flags):
 
 
 def may_reorder(case):
-    if len(case["policies"]) > 1:
+    if len(case["bindings"]) > 1:
         return True
     return any("selector" in b["spec"].get("paramRef", {}) for b in case["bindings"])
 
@@ -1060,6 +1150,8 @@ def tags(case):
          "outcome " + case["outcome"]}
     if len(case["policies"]) > 1:
         t.add("several policies")
+    if len(case["bindings"]) > len(case["policies"]):
+        t.add("several bindings of one policy")
     for p, b in zip(case["policies"], case["bindings"]):
         s, bs = p["spec"], b["spec"]
         t.add("policy " + p["apiVersion"].split("/")[1])
@@ -1088,7 +1180,7 @@ def tags(case):
         for m in s["mutations"]:
             t.add("mutation " + m["patchType"])
             e = (m.get("jsonPatch") or m.get("applyConfiguration"))["expression"]
-            for op in ("add", "remove", "replace", "test"):
+            for op in ("add", "remove", "replace", "test", "move", "copy"):
                 if 'op: "%s"' % op in e:
                     t.add("JSONPatch op " + op)
             if "jsonpatch.escapeKey" in e:
@@ -1167,7 +1259,9 @@ def main():
             if texts:
                 files[d / (f + ".yaml")] = HEADER.format(feature=f, seed=args.seed) + "---\n".join(texts)
     committed = [c for named in kept.values() for n, _, c in named if n not in failing]
-    files[out / "README.md"] = readme(args, stats, committed, failing, drops)
+    notes = readme(args, stats, committed, failing, drops)
+    if not args.only:  # a partial run leaves the other files, and the README, as they are
+        files[out / "README.md"] = notes
     differ = []
     for path, text in sorted(files.items()):
         if args.check:
@@ -1176,13 +1270,13 @@ def main():
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-    for d in (out,) if args.check else (out, pending):
+    for d in () if args.only else (out,) if args.check else (out, pending):
         for stale in d.glob("*.yaml") if d.exists() else ():
             if stale not in files and stale.stem in GENERATORS:
                 differ.append(stale.name)
                 if not args.check:
                     stale.unlink()
-    print(files[out / "README.md"])
+    print(notes)
     if args.check and differ:
         print("out of date:", ", ".join(differ))
         return 1
@@ -1239,7 +1333,7 @@ def readme(args, stats, committed, failing, drops):
         per.setdefault(c["feature"], {"mutated": 0, "unchanged": 0, "rejected": 0})[c["outcome"]] += 1
     tot = [0] * 7
     for f, st in stats.items():
-        pend = sum(1 for n in failing if n.startswith("diff-%s-" % f))
+        pend = sum(1 for n in failing if re.fullmatch(r"diff-%s-\d+" % re.escape(f), n))
         o = per.get(f, {"mutated": 0, "unchanged": 0, "rejected": 0})
         row = [st["generated"], st["generated"] - st["kept"], pend, st["kept"] - pend, o["mutated"], o["unchanged"], o["rejected"]]
         tot = [a + b for a, b in zip(tot, row)]
@@ -1260,8 +1354,8 @@ def readme(args, stats, committed, failing, drops):
     for reason, names in sorted(drops.items()):
         lines.append("- %s: %d (%s)" % (reason, len(names), ", ".join(names)))
     lines += ["", "## Pending", ""]
-    lines.append("%d cases kmutate disagreed with when generated are in target/differential-pending/%s" % (
-        n_pending, (": " + ", ".join(sorted(failing))) if failing else "."))
+    lines.append("%d cases kmutate disagreed with when generated are in %s/%s" % (
+        n_pending, os.path.relpath(args.pending, ROOT), (": " + ", ".join(sorted(failing))) if failing else "."))
     return "\n".join(lines) + "\n"
 
 
