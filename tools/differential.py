@@ -1200,7 +1200,12 @@ def kmutate_failures(kmutate, kept, seed):
             pathlib.Path(tmp, f + ".yaml").write_text(HEADER.format(feature=f, seed=seed) + "---\n".join(t for _, t, _ in named))
         r = subprocess.run([kmutate, "conformance", "--expected-failures", "/dev/null", tmp],
                            capture_output=True, text=True)
-    return set(re.findall(r"^FAIL (\S+)", r.stdout, re.M))
+    failing = {}
+    for block in re.split(r"^FAIL ", r.stdout, flags=re.M)[1:]:
+        name, _, rest = block.partition("\n")
+        detail = " ".join(l.strip() for l in rest.splitlines() if l.startswith("    "))
+        failing[name.strip()] = detail[:240]
+    return failing
 
 
 def main():
@@ -1248,7 +1253,7 @@ def main():
         kept.setdefault(f, []).append((case["name"], render(case, args.seed), case))
 
     out = pathlib.Path(args.out)
-    failing = set()
+    failing = {}
     if args.kmutate:
         failing = kmutate_failures(args.kmutate, kept, args.seed)
     pending = pathlib.Path(args.pending)
@@ -1355,7 +1360,11 @@ def readme(args, stats, committed, failing, drops):
         lines.append("- %s: %d (%s)" % (reason, len(names), ", ".join(names)))
     lines += ["", "## Pending", ""]
     lines.append("%d cases kmutate disagreed with when generated are in %s/%s" % (
-        n_pending, os.path.relpath(args.pending, ROOT), (": " + ", ".join(sorted(failing))) if failing else "."))
+        n_pending, os.path.relpath(args.pending, ROOT), ":" if failing else "."))
+    if failing:
+        lines.append("")
+    for name in sorted(failing, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
+        lines.append("- %s: %s" % (name, failing[name].replace("|", "\\|")))
     return "\n".join(lines) + "\n"
 
 
