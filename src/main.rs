@@ -289,6 +289,11 @@ struct ConformanceArgs {
     /// MutatingAdmissionPolicy plugin, or kmutate's webhook (kmutate.dev).
     #[arg(long, value_name = "IMPL", default_value = "builtin", value_parser = ["builtin", "kmutate.dev"], requires = "cluster")]
     implementation: String,
+    /// Install, and keep, a policy per built-in param kind the cases use,
+    /// so that kube-apiserver, restarted once after, runs their informers;
+    /// runs no case.
+    #[arg(long, requires = "cluster")]
+    install_param_informers: bool,
     /// Cases run at once against the cluster.
     #[arg(long, value_name = "N", default_value_t = 8, requires = "cluster")]
     jobs: usize,
@@ -599,6 +604,13 @@ fn cluster_conformance(c: ConformanceArgs) -> Result<ExitCode> {
         jobs: c.jobs,
         progress: std::io::stderr().is_terminal(),
     };
+    if c.install_param_informers {
+        let kinds = conformance::cluster::install_param_informers(&c.paths, &options)?;
+        println!(
+            "kept a policy for the param kinds {kinds:?}: restart kube-apiserver once so that it starts their informers"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout();
     let summary = run_cluster(&c.paths, &options, &mut out)?;
     Ok(if summary.failed > 0 {

@@ -13,7 +13,10 @@
 //!   list may carry the token mount the ServiceAccount plugin adds on
 //!   reinvocation), and every change the policies made must be one the case
 //!   expects (or lie inside one). A case that expects a change the answer
-//!   lacks fails, so a mutation that did not happen cannot pass.
+//!   lacks fails, so a mutation that did not happen cannot pass;
+//! - what the apiserver makes of the expected object by itself (the same
+//!   request with the expected object, sent with no policy) is not held
+//!   against the policies: defaults filled in again after a mutation.
 //!
 //! Both sides are first normalised as the in-process runner compares
 //! (nulls, empty maps and lists dropped) and stripped of what the apiserver
@@ -109,6 +112,30 @@ fn holds(actual: &Json, expected: &Json) -> bool {
     }
 }
 
+/// `found` (a list), without the items the apiserver added before
+/// admission: those of the baseline's list at `path` that the case's own
+/// object does not have (the DefaultTolerationSeconds plugin's
+/// tolerations, for one). Anything else is `found` itself.
+fn without_added_items(found: &Json, path: &[Step], object: &Json, baseline: &Json) -> Json {
+    let (Json::Array(items), Some(Json::Array(before))) = (found, at(baseline, path)) else {
+        return found.clone();
+    };
+    let own: &[Json] = at(object, path)
+        .and_then(Json::as_array)
+        .map_or(&[], Vec::as_slice);
+    let added: Vec<&Json> = before
+        .iter()
+        .filter(|b| !own.iter().any(|o| holds(b, o)))
+        .collect();
+    Json::Array(
+        items
+            .iter()
+            .filter(|i| !added.iter().any(|a| same(a, i)))
+            .cloned()
+            .collect(),
+    )
+}
+
 /// The ServiceAccount plugin's token mount (or volume), `kube-api-access-*`.
 fn is_token_mount(v: &Json) -> bool {
     v["name"]
@@ -197,11 +224,32 @@ fn stable_token_names(v: &mut Json) {
 /// The differences between what the case expects the policies to change
 /// (`object` to `expected`) and what they changed (`baseline` to
 /// `answer`); empty when they agree.
-pub fn compare(object: &Json, expected: &Json, baseline: &Json, answer: &Json) -> Vec<String> {
+///
+/// `defaulted` is the apiserver's answer to the expected object itself,
+/// sent with no policy: where the answer holds what the apiserver makes of
+/// the expected object on its own (defaults filled in again after the
+/// mutation, a request set from a limit), it is not the policies' doing.
+pub fn compare(
+    object: &Json,
+    expected: &Json,
+    baseline: &Json,
+    answer: &Json,
+    defaulted: Option<&Json>,
+) -> Vec<String> {
     let object = normalize(&without_volatile_metadata(object));
     let expected = normalize(&without_volatile_metadata(expected));
     let baseline = normalize(&without_volatile_metadata(baseline));
     let answer = normalize(&without_volatile_metadata(answer));
+    let defaulted = defaulted.map(|d| normalize(&without_volatile_metadata(d)));
+    let by_itself = |path: &[Step]| {
+        defaulted
+            .as_ref()
+            .is_some_and(|d| match (at(d, path), at(&answer, path)) {
+                (Some(a), Some(b)) => same(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+    };
     let wanted = changes(&object, &expected);
     let made: Vec<Change> = changes(&baseline, &answer)
         .into_iter()
@@ -209,18 +257,31 @@ pub fn compare(object: &Json, expected: &Json, baseline: &Json, answer: &Json) -
         .collect();
     let mut problems = Vec::new();
     for (path, value) in &wanted {
-        let found = at(&answer, path);
-        let ok = match (value, found) {
-            (None, None) => true,
-            (Some(v), Some(f)) => holds(f, v),
-            _ => false,
-        };
+        let found = at(&answer, path).map(|f| without_added_items(f, path, &object, &baseline));
+        // The expected object sent alone must show the change (it differs
+        // from the baseline there), or the change is not observable and the
+        // case cannot pass by it.
+        let observable =
+            defaulted
+                .as_ref()
+                .is_some_and(|d| match (at(d, path), at(&baseline, path)) {
+                    (Some(a), Some(b)) => !same(a, b),
+                    (None, None) => false,
+                    _ => true,
+                });
+        let ok = (observable && by_itself(path))
+            || match (value, &found) {
+                (None, None) => true,
+                (None, Some(Json::Array(rest))) => rest.is_empty(),
+                (Some(v), Some(f)) => holds(f, v),
+                _ => false,
+            };
         if !ok {
             problems.push(format!(
                 "{}: expected {}, the apiserver gave {}",
                 show(path),
                 value.as_ref().map_or("it removed".into(), Json::to_string),
-                found.map_or("nothing".into(), Json::to_string)
+                found.as_ref().map_or("nothing".into(), Json::to_string)
             ));
         }
     }
@@ -228,7 +289,7 @@ pub fn compare(object: &Json, expected: &Json, baseline: &Json, answer: &Json) -
         let covered = wanted
             .iter()
             .any(|(p, _)| path.starts_with(p) || p.starts_with(path));
-        if !covered {
+        if !covered && !by_itself(path) {
             problems.push(format!(
                 "{}: the policies made it {}, the case expects no change there",
                 show(path),
@@ -249,9 +310,12 @@ mod tests {
         let object = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
         let expected = json!({"metadata": {"name": "c"}, "data": {"a": "2"}});
         let baseline = json!({"metadata": {"name": "c", "uid": "u"}, "data": {"a": "1"}});
-        assert_eq!(compare(&object, &expected, &baseline, &baseline).len(), 1);
+        assert_eq!(
+            compare(&object, &expected, &baseline, &baseline, None).len(),
+            1
+        );
         let answer = json!({"metadata": {"name": "c", "uid": "v"}, "data": {"a": "2"}});
-        assert!(compare(&object, &expected, &baseline, &answer).is_empty());
+        assert!(compare(&object, &expected, &baseline, &answer, None).is_empty());
     }
 
     #[test]
@@ -263,17 +327,39 @@ mod tests {
         let answer = json!({"spec": {"containers": [
             {"name": "a", "imagePullPolicy": "Always"},
             {"name": "b", "imagePullPolicy": "Always"}]}});
-        assert!(compare(&object, &expected, &baseline, &answer).is_empty());
+        assert!(compare(&object, &expected, &baseline, &answer, None).is_empty());
         let extra = json!({"spec": {"containers": [
             {"name": "a", "imagePullPolicy": "Always"},
             {"name": "b", "imagePullPolicy": "Always"}], "x": 1}});
-        assert_eq!(compare(&object, &expected, &baseline, &extra).len(), 1);
+        assert_eq!(
+            compare(&object, &expected, &baseline, &extra, None).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_change_the_apiserver_drops_even_alone_does_not_pass() {
+        let object = json!({"metadata": {"name": "c"}});
+        let expected = json!({"metadata": {"name": "c", "labels": {"a": "b"}}});
+        let baseline = object.clone();
+        // A status update keeps the stored metadata: the label never shows.
+        let dropped = compare(&object, &expected, &baseline, &baseline, Some(&baseline));
+        assert_eq!(dropped.len(), 1);
+        // Defaults the apiserver fills in again are not the policies' doing.
+        let object = json!({"spec": {"replicas": 3}});
+        let expected = json!({"spec": {}});
+        let defaulted = json!({"spec": {"replicas": 1}});
+        assert!(compare(&object, &expected, &object, &defaulted, Some(&defaulted)).is_empty());
+        assert_eq!(
+            compare(&object, &expected, &object, &object, Some(&defaulted)).len(),
+            1
+        );
     }
 
     #[test]
     fn no_change_expected_and_none_made_passes() {
         let object = json!({"data": {"a": "1"}});
         let baseline = json!({"data": {"a": "1"}, "metadata": {"resourceVersion": "1"}});
-        assert!(compare(&object, &object, &baseline, &baseline).is_empty());
+        assert!(compare(&object, &object, &baseline, &baseline, None).is_empty());
     }
 }

@@ -6,8 +6,8 @@
 //!   object follow, and a `kubernetes.io/metadata.name` value in a
 //!   namespace selector is rewritten too.
 //! - Policies and bindings become `NAME-kmc-RUN-INDEX` (`policyName` and
-//!   the quoted names in an expected denial follow); cluster-scoped params
-//!   likewise (`paramRef.name` follows).
+//!   the quoted names in an expected denial follow). Other cluster-scoped
+//!   objects (params) keep their names, and their case runs alone.
 //! - Each binding gets a namespace selector on the case's namespaces
 //!   (ANDed with its own), so cases running at once never see each other's
 //!   policies; cases a namespace cannot isolate (cluster-scoped requests,
@@ -89,6 +89,38 @@ pub struct Plan {
     pub exclusive: bool,
     /// The case's namespaces (renamed).
     pub namespaces: Vec<String>,
+    /// Every name the run gave, with the case's own: (renamed, original),
+    /// longest first.
+    pub renames: Vec<(String, String)>,
+}
+
+impl Plan {
+    /// `text` with the case's own names back.
+    pub fn original_names(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (renamed, orig) in &self.renames {
+            if out.contains(renamed.as_str()) {
+                out = out.replace(renamed.as_str(), orig);
+            }
+        }
+        out
+    }
+
+    /// `value` with the case's own names back in every string.
+    pub fn original_names_in(&self, value: &Json) -> Json {
+        match value {
+            Json::String(s) => Json::String(self.original_names(s)),
+            Json::Array(items) => {
+                Json::Array(items.iter().map(|i| self.original_names_in(i)).collect())
+            }
+            Json::Object(m) => Json::Object(
+                m.iter()
+                    .map(|(k, v)| (self.original_names(k), self.original_names_in(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
 }
 
 fn list<'a>(doc: &'a Json, key: &str) -> &'a [Json] {
@@ -107,7 +139,6 @@ struct Names {
     suffix: String,
     prefix: String,
     namespaces: BTreeMap<String, String>,
-    cluster_objects: BTreeMap<String, String>,
 }
 
 impl Names {
@@ -312,13 +343,13 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         suffix: format!("kmc-{run}-{index}"),
         prefix: format!("kmc-{run}-{index}"),
         namespaces: BTreeMap::new(),
-        cluster_objects: BTreeMap::new(),
     };
     let table = &prepared.resources;
     let mut setup = Vec::new();
     let mut crds = Vec::new();
     let mut namespace_objects = Vec::new();
     let mut others = Vec::new();
+    let mut keeps_cluster_names = false;
     for (i, r) in list(doc, "resources").iter().enumerate() {
         let kind = r["kind"].as_str().unwrap_or_default();
         if kind == "CustomResourceDefinition" {
@@ -347,11 +378,11 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
                     name,
                 )
             }
+            // A cluster-scoped object keeps its name (a policy may read
+            // it, as params.metadata.name): the case runs alone.
             None => {
-                let renamed = names.unique(&name);
-                names.cluster_objects.insert(name, renamed.clone());
-                o["metadata"]["name"] = Json::from(renamed.as_str());
-                (collection, renamed)
+                keeps_cluster_names = true;
+                (collection, name)
             }
         };
         others.push(ClusterObject {
@@ -446,11 +477,6 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
                     let ns = names.namespace(ns);
                     param.insert("namespace".into(), Json::from(ns));
                 }
-                if let Some(n) = param.get("name").and_then(Json::as_str) {
-                    if let Some(r) = names.cluster_objects.get(n) {
-                        param.insert("name".into(), Json::from(r.as_str()));
-                    }
-                }
             }
         }
         planned_bindings.push(b);
@@ -535,7 +561,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     }
     // RBAC: the user may send the request; the `authorizer` decisions.
     let user = (!request.user_info.username.is_empty()).then(|| request.user_info.clone());
-    let mut exclusive = namespace.is_none();
+    let mut exclusive = namespace.is_none() || keeps_cluster_names;
     if let Some(u) = &user {
         let verb = if request.operation == "CREATE" {
             "create"
@@ -614,14 +640,11 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
             Expectation::Object(o)
         }
         (None, Some(r)) => {
-            let mut text = r
+            let text = r
                 .get("messageContains")
                 .and_then(Json::as_str)
                 .unwrap_or_default()
                 .to_string();
-            for (orig, renamed) in policy_names.iter().chain(&binding_names) {
-                text = text.replace(&format!("'{orig}'"), &format!("'{renamed}'"));
-            }
             Expectation::Rejected(text)
         }
         _ => return Err("expect must hold exactly one of object / rejected".into()),
@@ -632,6 +655,14 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
             .map(str::to_string)
             .collect()
     });
+    let mut renames: Vec<(String, String)> = names
+        .namespaces
+        .iter()
+        .chain(&policy_names)
+        .chain(&binding_names)
+        .map(|(orig, renamed)| (renamed.clone(), orig.clone()))
+        .collect();
+    renames.sort_by_key(|(renamed, _)| std::cmp::Reverse(renamed.len()));
     Ok(Planned::Run(Box::new(Plan {
         case: case.name.clone(),
         setup,
@@ -655,6 +686,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         warnings,
         exclusive,
         namespaces: case_namespaces,
+        renames,
     })))
 }
 
