@@ -196,14 +196,21 @@ criterion_group!(benches, webhook_admission, non_matching_policies);
 /// requests and no measurement, for instruction counts under callgrind
 /// (of the already mutated Pod with `KMUTATE_PROFILE_ALREADY_MUTATED` set,
 /// of the unmatched update with `KMUTATE_PROFILE_UNMATCHED_UPDATE`, of the
-/// example policies with `KMUTATE_PROFILE_EXAMPLES`).
+/// example policies with `KMUTATE_PROFILE_EXAMPLES`, with N policies for
+/// other resources loaded beside the fixture's with
+/// `KMUTATE_PROFILE_NON_MATCHING=N`).
 fn main() {
     if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
         .ok()
         .and_then(|n| n.parse::<u64>().ok())
     {
+        let non_matching = std::env::var("KMUTATE_PROFILE_NON_MATCHING")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok());
         let (engine, mut body) = if std::env::var_os("KMUTATE_PROFILE_EXAMPLES").is_some() {
             examples()
+        } else if let Some(count) = non_matching {
+            fixture_with_non_matching(count)
         } else {
             fixture()
         };

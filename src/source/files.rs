@@ -1,15 +1,18 @@
 //! The file source: the `--policies`, `--bindings` and `--resources` files
-//! and folders, polled for changes.
+//! and folders, scanned for changes.
 //!
-//! Every [`POLL_INTERVAL`] the folders are listed again and each file's
-//! modification time and size compared with the last read; a changed file
-//! is read again on its own. When the new version of a file fails to parse,
+//! A scan lists the folders again and compares each file's modification
+//! time and size with the last read; a changed file is read again on its
+//! own. A scan runs as soon as the operating system reports a change under
+//! a folder (inotify, kqueue, ... through the `notify` crate), so that an
+//! edit is served within milliseconds, and every [`POLL_INTERVAL`] in any
+//! case, for what events miss (network file systems, a folder created
+//! after start). When the new version of a file fails to parse,
 //! holds an invalid document or a policy whose expressions do not compile,
 //! the last good version of that file stays in force and the problems are
 //! logged (file, document, policy) and counted in
 //! `kmutate_policy_load_errors`; a file that was never good loads what it
-//! can, as at start. Polling is portable and cheap for the few files a
-//! webhook has.
+//! can, as at start.
 
 use super::{PolicyInputs, Snapshot, Source};
 use crate::api::load::{collect_files, Loaded};
@@ -133,16 +136,62 @@ impl FileSource {
         changed
     }
 
-    /// Scans every `interval`, poking `changed` when something changed,
-    /// forever (the task is aborted at shutdown).
+    /// Scans on every file event and every `interval`, poking `changed`
+    /// when something changed, forever (the task is aborted at shutdown).
     pub async fn watch(self: Arc<Self>, interval: Duration, changed: Arc<Notify>) {
+        let touched = Arc::new(Notify::new());
+        // Dropping the watcher ends its events: it lives as long as the loop.
+        let _watcher = self.file_events(touched.clone());
         loop {
-            tokio::time::sleep(interval).await;
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = touched.notified() => {}
+            }
             let me = self.clone();
             if let Ok(true) = tokio::task::spawn_blocking(move || me.scan()).await {
                 changed.notify_one();
             }
         }
+    }
+}
+
+impl FileSource {
+    /// Watches the roots for file events, poking `touched` on each; `None`
+    /// (logged) where the platform has no events, and polling alone finds
+    /// changes.
+    fn file_events(&self, touched: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
+        use notify::Watcher;
+        let handler = move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| completes_a_change(&e.kind)) {
+                touched.notify_one();
+            }
+        };
+        let mut watcher = notify::recommended_watcher(handler)
+            .map_err(|e| tracing::warn!(error = %e, "no file events; policy folders are polled"))
+            .ok()?;
+        for (_, root) in &self.roots {
+            if let Err(e) = watcher.watch(root, notify::RecursiveMode::Recursive) {
+                tracing::debug!(path = %root.display(), error = %e,
+                    "no file events for this path; it is polled");
+            }
+        }
+        Some(watcher)
+    }
+}
+
+/// Whether a file event leaves a file (or folder) whole: created, removed,
+/// renamed, or closed after writing. A write itself does not: a file
+/// rewritten in place is read once it is closed, not truncated halfway.
+/// Reads, ours included, change nothing.
+fn completes_a_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    use notify::EventKind;
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(ModifyKind::Data(_)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
     }
 }
 
