@@ -161,6 +161,33 @@ pub fn policy_documents(case: &Case) -> Result<(Vec<Json>, Vec<Json>), String> {
     Ok((policies, bindings))
 }
 
+/// The case's request, completed (kind, resource, namespace, name derived
+/// from its object), with its cluster objects and resource table; no
+/// policy is compiled.
+pub fn case_request(
+    case: &Case,
+) -> Result<(AdmissionRequest, ClusterObjects, ResourceTable), String> {
+    let doc = &case.doc;
+    let cluster = ClusterObjects::new(list(doc, "resources").to_vec());
+    let resources = ResourceTable::new(cluster.crds());
+    let mut request: AdmissionRequest = match doc.get("request") {
+        Some(r) if !r.is_null() => {
+            serde_json::from_value(r.clone()).map_err(|e| format!("request: {e}"))?
+        }
+        _ => AdmissionRequest {
+            operation: "CREATE".into(),
+            ..Default::default()
+        },
+    };
+    request.object = doc.get("object").filter(|o| !o.is_null()).cloned();
+    request.old_object = doc.get("oldObject").filter(|o| !o.is_null()).cloned();
+    if request.uid.is_empty() {
+        request.uid = format!("conformance-{}", case.name);
+    }
+    complete_request(&mut request, &resources);
+    Ok((request, cluster, resources))
+}
+
 /// Builds the admission a case describes.
 pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
     let doc = &case.doc;
@@ -189,24 +216,8 @@ pub fn prepare(case: &Case) -> Result<PreparedCase, String> {
         bindings
             .push(binding_from_json(b, case.source.clone()).map_err(|e| format!("{what}: {e}"))?);
     }
-    let cluster = ClusterObjects::new(list(doc, "resources").to_vec());
-    let resources = ResourceTable::new(cluster.crds());
+    let (request, cluster, resources) = case_request(case)?;
     let schemas = SchemaStore::with_crds(cluster.crds()).deducing_unknown_kinds();
-    let mut request: AdmissionRequest = match doc.get("request") {
-        Some(r) if !r.is_null() => {
-            serde_json::from_value(r.clone()).map_err(|e| format!("request: {e}"))?
-        }
-        _ => AdmissionRequest {
-            operation: "CREATE".into(),
-            ..Default::default()
-        },
-    };
-    request.object = doc.get("object").filter(|o| !o.is_null()).cloned();
-    request.old_object = doc.get("oldObject").filter(|o| !o.is_null()).cloned();
-    if request.uid.is_empty() {
-        request.uid = format!("conformance-{}", case.name);
-    }
-    complete_request(&mut request, &resources);
     let authorizer = FixedAuthorizer::from_json(doc.get("authorizer").unwrap_or(&Json::Null))
         .map_err(|e| format!("authorizer: {e}"))?;
     let (policies, _compile_errors) = PolicySet::new(policies, bindings);

@@ -16,7 +16,7 @@
 //!   cases of a run that define them alike.
 
 use super::apiserver::Collection;
-use crate::conformance::{policy_documents, prepare, Case};
+use crate::conformance::{case_request, policy_documents, Case};
 use crate::matching::{ResourceTable, Scope, NAMESPACE_NAME_LABEL};
 use crate::request::{GroupVersionKind, UserInfo};
 use serde_json::{json, Value as Json};
@@ -305,8 +305,8 @@ pub fn plan(case: &Case, index: usize, run: &str) -> Planned {
 
 fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     let doc = &case.doc;
-    let prepared = prepare(case)?;
-    let request = &prepared.request;
+    let (request, _, table) = case_request(case)?;
+    let request = &request;
     let (policies, bindings) = policy_documents(case)?;
     let policy_text = serde_json::to_string(&policies).unwrap_or_default();
     if request.operation == "CONNECT" {
@@ -344,7 +344,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         prefix: format!("kmc-{run}-{index}"),
         namespaces: BTreeMap::new(),
     };
-    let table = &prepared.resources;
+    let table = &table;
     let mut setup = Vec::new();
     let mut crds = Vec::new();
     let mut namespace_objects = Vec::new();
@@ -393,7 +393,31 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     }
     // The request.
     let gvr = &request.resource;
-    let namespace = (!request.namespace.is_empty()).then(|| names.namespace(&request.namespace));
+    let cluster_scoped = match table.scope_of(gvr) {
+        Some(scope) => scope == Scope::Cluster,
+        None => request.namespace.is_empty(),
+    };
+    let namespace = (!cluster_scoped).then(|| names.namespace(&request.namespace));
+    // A cluster-scoped object gets a name of the run too (a Namespace one
+    // of the case's namespaces, created by the request itself).
+    let object_orig_name = if request.name.is_empty() {
+        str_at(&object, &["metadata", "name"])
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        request.name.clone()
+    };
+    let is_namespace = gvr.group.is_empty() && gvr.resource == "namespaces";
+    let object_name = match (cluster_scoped, is_namespace) {
+        (false, _) => object_orig_name.clone(),
+        (true, true) => names.namespace(&object_orig_name),
+        (true, false) => names.unique(&object_orig_name),
+    };
+    let rename_object = |o: &mut Json| {
+        if cluster_scoped && o["metadata"]["name"] == object_orig_name.as_str() {
+            o["metadata"]["name"] = Json::from(object_name.as_str());
+        }
+    };
     let collection = Collection {
         group: gvr.group.clone(),
         version: gvr.version.clone(),
@@ -418,6 +442,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     }
     let mut object = object;
     names.rename_namespace_of(&mut object);
+    rename_object(&mut object);
     let object_had_containers = has_containers(&object);
     if request.sub_resource.is_empty() || request.sub_resource == "ephemeralcontainers" {
         complete_minimal(&mut object, false, object_had_containers);
@@ -428,6 +453,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         ("UPDATE", None) => return Err("an UPDATE case needs oldObject".into()),
         ("UPDATE", Some(mut old)) => {
             names.rename_namespace_of(&mut old);
+            rename_object(&mut old);
             let had = has_containers(&old);
             complete_minimal(&mut old, false, had);
             Some(stored_object(request, &collection, old)?)
@@ -488,6 +514,9 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         .collect();
     let case_namespaces: Vec<String> = names.namespaces.values().cloned().collect();
     for ns in &case_namespaces {
+        if is_namespace && *ns == object_name {
+            continue;
+        }
         if !listed.contains(ns) {
             namespace_objects
                 .push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
@@ -529,6 +558,10 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        // The Namespace the request creates, or its stored object.
+        if is_namespace && name == object_name {
+            continue;
+        }
         setup.push(ClusterObject {
             collection: Collection {
                 group: String::new(),
@@ -634,6 +667,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         (Some(o), None) => {
             let mut o = o.clone();
             names.rename_namespace_of(&mut o);
+            rename_object(&mut o);
             if request.sub_resource.is_empty() || request.sub_resource == "ephemeralcontainers" {
                 complete_minimal(&mut o, true, object_had_containers);
             }
@@ -662,6 +696,9 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         .chain(&binding_names)
         .map(|(orig, renamed)| (renamed.clone(), orig.clone()))
         .collect();
+    if cluster_scoped && !is_namespace {
+        renames.push((object_name.clone(), object_orig_name.clone()));
+    }
     renames.sort_by_key(|(renamed, _)| std::cmp::Reverse(renamed.len()));
     Ok(Planned::Run(Box::new(Plan {
         case: case.name.clone(),
@@ -671,13 +708,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         stored,
         operation: request.operation.clone(),
         collection,
-        name: if request.name.is_empty() {
-            str_at(&object, &["metadata", "name"])
-                .unwrap_or_default()
-                .to_string()
-        } else {
-            request.name.clone()
-        },
+        name: object_name.clone(),
         subresource: request.sub_resource.clone(),
         user,
         object,
