@@ -181,7 +181,8 @@ def generate(defs, probes):
     out = {}
     for name in sorted(defs):
         schema = defs[name]
-        if name in CUSTOM or "properties" not in schema:
+        # Structs without fields are kept: fields refer to them.
+        if name in CUSTOM or ("properties" not in schema and first_type(schema) != "object"):
             continue
         out[name] = gen.definition(name, probes.get(name, {}))
     return out

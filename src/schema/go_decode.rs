@@ -23,12 +23,14 @@
 //! unstructured ([`go_convert_error`]), with other rules and messages.
 //! The Go types come from `go_types.json` (tools/gen_go_types.py).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use serde_json::{Number, Value};
 
+use super::model::FastHash;
 use super::typed::MAX_DEPTH;
 use crate::cel::quantity_parse_error;
 
@@ -80,7 +82,7 @@ pub fn go_decode_error(object: &Value, type_name: Option<&str>) -> Option<GoDeco
         return Some(err);
     }
     let table = table();
-    let def = table.defs.get(type_name?)?;
+    let def = table.def(type_name?)?;
     let mut decoder = Decoder {
         table,
         struct_name: &def.struct_name,
@@ -126,8 +128,8 @@ enum Kind {
     Any,
     List(Box<GoType>),
     Map(Box<GoType>),
-    /// A struct: an OpenAPI definition name.
-    Struct(String),
+    /// A struct: its place in [`Table::defs`].
+    Struct(usize),
 }
 
 #[derive(Debug)]
@@ -143,12 +145,20 @@ struct GoType {
 struct StructDef {
     struct_name: String,
     go_name: String,
-    fields: HashMap<String, (GoType, Option<String>)>,
+    fields: HashMap<String, (GoType, Option<String>), FastHash>,
 }
 
 #[derive(Debug, Default)]
 struct Table {
-    defs: HashMap<String, StructDef>,
+    /// Places in `defs` by OpenAPI definition name.
+    index: HashMap<String, usize, FastHash>,
+    defs: Vec<StructDef>,
+}
+
+impl Table {
+    fn def(&self, name: &str) -> Option<&StructDef> {
+        self.defs.get(*self.index.get(name)?)
+    }
 }
 
 /// Go types of the built-in kinds, parsed once.
@@ -167,10 +177,16 @@ enum TableError {
 }
 
 fn parse_table(text: &str) -> Result<Table, TableError> {
-    let raw: HashMap<String, Value> = serde_json::from_str(text)?;
-    let mut defs = HashMap::with_capacity(raw.len());
-    for (name, def) in raw {
-        let short = name.rsplit('.').next().unwrap_or(&name);
+    let raw: serde_json::Map<String, Value> = serde_json::from_str(text)?;
+    // Structs are referred to by their place in `defs`.
+    let index: HashMap<String, usize, FastHash> = raw
+        .keys()
+        .enumerate()
+        .map(|(i, name)| (name.clone(), i))
+        .collect();
+    let mut defs = Vec::with_capacity(raw.len());
+    for (name, def) in &raw {
+        let short = name.rsplit('.').next().unwrap_or(name);
         let package = name.rsplit('.').nth(1).unwrap_or_default();
         let struct_name = def
             .get("s")
@@ -182,7 +198,7 @@ fn parse_table(text: &str) -> Result<Table, TableError> {
             .and_then(Value::as_str)
             .map(str::to_string)
             .unwrap_or_else(|| format!("{package}.{short}"));
-        let mut fields = HashMap::new();
+        let mut fields = HashMap::default();
         if let Some(f) = def.get("f").and_then(Value::as_object) {
             for (field, ty) in f {
                 let (ty, embedded) = match ty {
@@ -191,22 +207,19 @@ fn parse_table(text: &str) -> Result<Table, TableError> {
                     }
                     other => (other, None),
                 };
-                fields.insert(field.clone(), (parse_type(ty)?, embedded));
+                fields.insert(field.clone(), (parse_type(ty, &index)?, embedded));
             }
         }
-        defs.insert(
-            name.clone(),
-            StructDef {
-                struct_name,
-                go_name,
-                fields,
-            },
-        );
+        defs.push(StructDef {
+            struct_name,
+            go_name,
+            fields,
+        });
     }
-    Ok(Table { defs })
+    Ok(Table { index, defs })
 }
 
-fn parse_type(v: &Value) -> Result<GoType, TableError> {
+fn parse_type(v: &Value, index: &HashMap<String, usize, FastHash>) -> Result<GoType, TableError> {
     let bad = || TableError::BadType(v.to_string());
     let (kind, name, elem) = match v {
         Value::String(s) => (s.as_str(), None, None),
@@ -229,10 +242,10 @@ fn parse_type(v: &Value) -> Result<GoType, TableError> {
         "time" => Kind::Time,
         "microtime" => Kind::MicroTime,
         "any" => Kind::Any,
-        "list" => Kind::List(Box::new(parse_type(elem.ok_or_else(bad)?)?)),
-        "map" => Kind::Map(Box::new(parse_type(elem.ok_or_else(bad)?)?)),
-        s => match s.strip_prefix('#') {
-            Some(def) => Kind::Struct(def.to_string()),
+        "list" => Kind::List(Box::new(parse_type(elem.ok_or_else(bad)?, index)?)),
+        "map" => Kind::Map(Box::new(parse_type(elem.ok_or_else(bad)?, index)?)),
+        s => match s.strip_prefix('#').and_then(|def| index.get(def)) {
+            Some(&def) => Kind::Struct(def),
             None => return Err(bad()),
         },
     };
@@ -260,10 +273,11 @@ impl Table {
             Kind::Any => "interface {}".into(),
             Kind::List(e) => format!("[]{}", self.go_name(e)),
             Kind::Map(e) => format!("map[string]{}", self.go_name(e)),
-            Kind::Struct(def) => match self.defs.get(def) {
-                Some(d) => d.go_name.clone(),
-                None => def.rsplit('.').next().unwrap_or(def).to_string(),
-            },
+            Kind::Struct(def) => self
+                .defs
+                .get(*def)
+                .map(|d| d.go_name.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -365,7 +379,7 @@ impl<'a> Decoder<'a> {
                 }
             }
             (Kind::Struct(def), Value::Object(_)) => {
-                if let Some(def) = self.table.defs.get(def) {
+                if let Some(def) = self.table.defs.get(*def) {
                     self.structure(def, v, depth)?;
                 }
             }
@@ -410,10 +424,10 @@ impl<'a> Decoder<'a> {
 
 /// `Quantity.UnmarshalJSON` of `v`: its raw JSON, unquoted, must parse.
 fn quantity_error(v: &Value) -> Result<(), GoDecodeError> {
-    let text = match v {
+    let text: Cow<str> = match v {
         Value::String(s) => go_json_escape(s),
-        Value::Number(n) => number_text(n),
-        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => number_text(n).into(),
+        Value::Bool(b) => b.to_string().into(),
         // The raw JSON: it never has the quantity syntax.
         Value::Array(_) => "[".into(),
         _ => "{".into(),
@@ -447,7 +461,7 @@ fn time_error(kind: &Kind, s: &str) -> Result<(), GoDecodeError> {
 /// An integer out of its type's range converts (it wraps).
 pub fn go_convert_error(object: &Value, type_name: Option<&str>) -> Option<GoDecodeError> {
     let table = table();
-    let def = table.defs.get(type_name?)?;
+    let def = table.def(type_name?)?;
     convert_struct(table, def, object, 0).err()
 }
 
@@ -510,7 +524,7 @@ fn convert(table: &Table, ty: &GoType, v: &Value, depth: usize) -> Result<(), Go
             }
         }
         (Kind::Struct(def), Value::Object(_)) => {
-            if let Some(def) = table.defs.get(def) {
+            if let Some(def) = table.defs.get(*def) {
                 convert_struct(table, def, v, depth)?;
             }
         }
@@ -568,8 +582,14 @@ fn fits(text: &str, kind: &Kind) -> bool {
 
 /// A string as it stands between the quotes in Go's JSON encoding (what
 /// `Quantity.UnmarshalJSON` parses: the quotes are cut, escapes are kept).
-fn go_json_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+fn go_json_escape(s: &str) -> Cow<'_, str> {
+    let escaped = |c: char| {
+        matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') || (c as u32) < 0x20
+    };
+    if !s.chars().any(escaped) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -577,16 +597,13 @@ fn go_json_escape(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
+            c if escaped(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Where `base64.StdEncoding.Decode` fails on `src`, if it does (padding

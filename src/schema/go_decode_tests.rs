@@ -30,7 +30,7 @@ fn keys_iterate_sorted() {
 #[test]
 fn table_parses() {
     let table = parse_table(include_str!("go_types.json")).expect("go_types.json");
-    assert!(table.defs.contains_key(POD));
+    assert!(table.def(POD).is_some());
 }
 
 #[test]
