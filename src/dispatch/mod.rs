@@ -481,20 +481,34 @@ impl PolicySet {
                     .collect()
             })
             .unwrap_or_default();
-        for p in policies {
-            match known.get(p.name.as_str()).filter(|c| c.policy == p) {
+        let mut to_compile = Vec::new();
+        let slots: Vec<Option<Arc<CompiledPolicy>>> = policies
+            .into_iter()
+            .map(
+                |p| match known.get(p.name.as_str()).filter(|c| c.policy == p) {
+                    Some(c) => Some(Arc::clone(c)),
+                    None => {
+                        to_compile.push(p);
+                        None
+                    }
+                },
+            )
+            .collect();
+        drop(known);
+        let mut fresh = compile_all(&env, to_compile).into_iter();
+        for slot in slots {
+            match slot {
                 Some(c) => {
                     errors.extend(c.compile_errors.iter().cloned());
-                    compiled.push(Arc::clone(c));
+                    compiled.push(c);
                 }
                 None => {
-                    let (c, mut e) = CompiledPolicy::compile(&env, p);
+                    let (c, mut e) = fresh.next().expect("one compiled policy for each slot");
                     errors.append(&mut e);
                     compiled.push(Arc::new(c));
                 }
             }
         }
-        drop(known);
         let by_name: HashMap<&str, usize> = compiled
             .iter()
             .enumerate()
@@ -1723,6 +1737,54 @@ fn patch_value_to_json(v: &dyn Val) -> Result<Json, StepError> {
         }));
     }
     crate::cel::structpb::patch_value_to_json(v).map_err(|e| StepError::Policy(e.to_string()))
+}
+
+/// Compiles `policies` in order, over the machine's cores when there are
+/// many (a bundle of thousands at start).
+fn compile_all(
+    env: &CelEnvironment,
+    policies: Vec<Policy>,
+) -> Vec<(CompiledPolicy, Vec<PolicyCompileError>)> {
+    const PER_THREAD_AT_LEAST: usize = 64;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(policies.len() / PER_THREAD_AT_LEAST)
+        .max(1);
+    if threads == 1 {
+        return policies
+            .into_iter()
+            .map(|p| CompiledPolicy::compile(env, p))
+            .collect();
+    }
+    let chunk = policies.len().div_ceil(threads);
+    let mut chunks = Vec::with_capacity(threads);
+    let mut rest = policies;
+    while rest.len() > chunk {
+        let tail = rest.split_off(chunk);
+        chunks.push(rest);
+        rest = tail;
+    }
+    chunks.push(rest);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .into_iter()
+                        .map(|p| CompiledPolicy::compile(env, p))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 /// What kube-apiserver answers a request whose handling panicked.
