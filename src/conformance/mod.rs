@@ -185,6 +185,15 @@ pub fn case_request(
         request.uid = format!("conformance-{}", case.name);
     }
     complete_request(&mut request, &resources);
+    // A namespace the case gives, even empty, is kept: only an omitted one
+    // is derived (a Namespace's request would otherwise name itself).
+    if let Some(ns) = doc
+        .get("request")
+        .and_then(|r| r.get("namespace"))
+        .and_then(Json::as_str)
+    {
+        request.namespace = ns.to_string();
+    }
     Ok((request, cluster, resources))
 }
 
