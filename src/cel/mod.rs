@@ -480,6 +480,11 @@ fn function_error_text(function: &str, message: &str) -> Option<String> {
         {
             Some("type conversion error from 'string' to 'google.protobuf.Duration'".into())
         }
+        // A string that does not parse as a number (cel-go's `strconv`
+        // conversions): `int('abc')`, `uint('-1')`, `double('x')`.
+        "int" | "uint" | "double" if message.starts_with("string parse error") => Some(format!(
+            "type conversion error from 'string' to '{function}'"
+        )),
         "timestamp" if message != "timestamp out of range" => {
             Some("type conversion error from 'string' to 'google.protobuf.Timestamp'".into())
         }
@@ -779,6 +784,22 @@ mod tests {
             (
                 "timestamp(string(1) + 'x')",
                 Err("type conversion error from 'string' to 'google.protobuf.Timestamp'"),
+            ),
+            (
+                "int(string(1) + 'x')",
+                Err("type conversion error from 'string' to 'int'"),
+            ),
+            (
+                "int(string(1) + '99999999999999999999')",
+                Err("type conversion error from 'string' to 'int'"),
+            ),
+            (
+                "uint('-' + string(1))",
+                Err("type conversion error from 'string' to 'uint'"),
+            ),
+            (
+                "double(string(1) + 'x')",
+                Err("type conversion error from 'string' to 'double'"),
             ),
             (
                 "'abc'.matches(string(1) + '[')",
