@@ -1018,7 +1018,9 @@ impl PolicySet {
                 let act = match_inputs
                     .activation(&versioned, &compiled.match_access)
                     .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
-                let mut first_error: Option<String> = None;
+                // Upstream reports every condition's error, as one
+                // aggregate (`[a, b]` for several, repeated texts once).
+                let mut errors: Vec<String> = Vec::new();
                 let mut skip = false;
                 let mut false_condition = "";
                 for (name, cond) in &compiled.match_conditions {
@@ -1051,25 +1053,32 @@ impl PolicySet {
                             }
                         }
                         Err(e) if act.out_of_budget() => {
-                            first_error = Some(e);
+                            errors = vec![e];
                             skip = false;
                             break;
                         }
                         Err(e) => {
-                            first_error.get_or_insert(e);
+                            if !errors.contains(&e) {
+                                errors.push(e);
+                            }
                         }
                     }
                 }
                 if skip {
-                    first_error = None;
+                    errors.clear();
                 }
+                let condition_error = match errors.len() {
+                    0 => None,
+                    1 => errors.pop(),
+                    _ => Some(format!("[{}]", errors.join(", "))),
+                };
                 let skipped = |reason| {
                     let param = param.as_ref();
                     state
                         .observer
                         .invocation_skipped(&policy.name, &binding.name, param, reason)
                 };
-                if let Some(e) = first_error {
+                if let Some(e) = condition_error {
                     skipped(SkipReason::ConditionError(&e));
                     if policy.failure_policy == FailurePolicy::Fail {
                         state.errors.push(error(e));
