@@ -67,7 +67,7 @@ const SCOPES: &[Option<&str>] = &[None, Some("*"), Some("Cluster"), Some("Namesp
 const MATCH_POLICIES: &[Option<&str>] = &[None, Some("Exact"), Some("Equivalent")];
 
 /// A request: group, version, resource, subresource, kind, namespaced.
-type RequestShape = (
+pub(super) type RequestShape = (
     &'static str,
     &'static str,
     &'static str,
@@ -146,9 +146,17 @@ fn policy_set(draws: &mut Draws) -> PolicySet {
 }
 
 fn request(draws: &mut Draws) -> AdmissionRequest {
-    let (group, version, resource, sub, kind, namespaced) = *draws.pick(REQUESTS);
+    let shape = *draws.pick(REQUESTS);
+    let operation = *draws.pick(&OPERATIONS[..4]);
+    request_for(operation, shape)
+}
+
+/// A request of `operation` for a resource of `shape`, its object a
+/// minimal one of the kind.
+pub(super) fn request_for(operation: &str, shape: RequestShape) -> AdmissionRequest {
+    let (group, version, resource, sub, kind, namespaced) = shape;
     let mut request = AdmissionRequest {
-        operation: (*draws.pick(&OPERATIONS[..4])).into(),
+        operation: operation.into(),
         namespace: if namespaced {
             "default".into()
         } else {

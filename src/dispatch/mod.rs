@@ -2018,24 +2018,10 @@ mod tests {
         with_context(&resources, |ctx| {
             for (group, version, resource, sub, kind) in requests {
                 let namespaced = resource != "namespaces";
-                let mut request = AdmissionRequest {
-                    operation: "CREATE".into(),
-                    namespace: if namespaced {
-                        "default".into()
-                    } else {
-                        String::new()
-                    },
-                    sub_resource: sub.into(),
-                    object: Some(json!({"apiVersion": "v1", "kind": kind,
-                        "metadata": {"name": "x"}})),
-                    ..Default::default()
-                };
-                request.kind.group = group.into();
-                request.kind.version = version.into();
-                request.kind.kind = kind.into();
-                request.resource.group = group.into();
-                request.resource.version = version.into();
-                request.resource.resource = resource.into();
+                let request = super::index_properties::request_for(
+                    "CREATE",
+                    (group, version, resource, sub, kind, namespaced),
+                );
                 let candidates = set.index.candidates(resource);
                 candidates_seen += candidates.len();
                 for (i, (b, pi)) in set.bindings.iter().enumerate() {
