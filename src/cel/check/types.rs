@@ -4,7 +4,8 @@
 //! variables upstream declares `dyn` (`object`, `oldObject`, `params`).
 //! Anything else is [`Ty::Unknown`], which no check ever reports on.
 
-use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr, LiteralValue};
+use crate::cel::rewrite::ENTRIES_FN;
+use cel::common::ast::{operators, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use std::sync::Arc;
 
 /// A static type, named as cel-go's `FormatCELType` names it.
@@ -31,6 +32,14 @@ pub(super) enum Ty {
     /// `variables`: the policy's variables declared so far, with the types
     /// of their expressions (upstream's composited `variables` object).
     Variables(Arc<[(String, Ty)]>),
+    /// `optional_type(T)` (cel-go's `cel.OptionalTypes()`).
+    Optional(Box<Ty>),
+    /// `type(T)`: the value of `type(x)` for an `x` of type `T`.
+    Type(Box<Ty>),
+    /// An element of a two-variable comprehension's rewritten range: a
+    /// `[key, value]` pair whose `[0]` and `[1]` have these types (see
+    /// `rewrite::two_var_comprehension`). Never reported on.
+    Entry(Box<Ty>, Box<Ty>),
 }
 
 /// An object type Kubernetes declares for a variable
@@ -217,12 +226,110 @@ pub(super) const OPAQUE: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// `format.dns1123Label()` and the other named formats of Kubernetes'
+/// format library.
+pub(super) const NAMED_FORMAT: &str = "kubernetes.NamedFormat";
+
+/// The authorizer library's types (`k8s.io/apiserver/pkg/cel/library/authz.go`).
+pub(super) const AUTHORIZER: &str = "kubernetes.authorization.Authorizer";
+const GROUP_CHECK: &str = "kubernetes.authorization.GroupCheck";
+const RESOURCE_CHECK: &str = "kubernetes.authorization.ResourceCheck";
+const PATH_CHECK: &str = "kubernetes.authorization.PathCheck";
+const DECISION: &str = "kubernetes.authorization.Decision";
+
+/// The methods upstream declares on the authorizer library's types, which
+/// no value can stand in for when probing (they need the request's
+/// authorizer): (receiver, method, count of `string` arguments, result).
+const AUTHZ_METHODS: &[(&str, &str, usize, &str)] = &[
+    (AUTHORIZER, "group", 1, GROUP_CHECK),
+    (AUTHORIZER, "path", 1, PATH_CHECK),
+    (AUTHORIZER, "serviceAccount", 2, AUTHORIZER),
+    (GROUP_CHECK, "resource", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "subresource", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "namespace", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "name", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "fieldSelector", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "labelSelector", 1, RESOURCE_CHECK),
+    (RESOURCE_CHECK, "check", 1, DECISION),
+    (PATH_CHECK, "check", 1, DECISION),
+    (DECISION, "allowed", 0, "bool"),
+    (DECISION, "errored", 0, "bool"),
+    (DECISION, "reason", 0, "string"),
+    (DECISION, "error", 0, "string"),
+];
+
+/// Whether `t` is one of the authorizer library's types.
+pub(super) fn is_authz(t: &Ty) -> bool {
+    matches!(t, Ty::Opaque(n) if n.starts_with("kubernetes.authorization."))
+}
+
+/// The result of the authorizer library's method `name` on `receiver` with
+/// arguments of types `args`, `None` when upstream declares no such overload.
+pub(super) fn authz_method(receiver: &Ty, name: &str, args: &[Ty]) -> Option<Ty> {
+    let Ty::Opaque(r) = receiver else { return None };
+    let (.., result) = AUTHZ_METHODS.iter().find(|(on, m, n, _)| {
+        on == r && *m == name && *n == args.len() && args.iter().all(|a| *a == Ty::String)
+    })?;
+    Some(match *result {
+        "bool" => Ty::Bool,
+        "string" => Ty::String,
+        other => Ty::Opaque(other),
+    })
+}
+
+/// The element types the lists extension's `sort` and `sortBy` accept
+/// (cel-go `ext/lists.go`'s comparable types).
+pub(super) fn is_sortable(t: &Ty) -> bool {
+    match t {
+        Ty::Int | Ty::Uint | Ty::Double | Ty::Bool | Ty::String | Ty::Bytes => true,
+        Ty::Opaque(n) => n.starts_with("google.protobuf."),
+        _ => false,
+    }
+}
+
+/// Whether values of types `a` and `b` may meet where upstream wants one
+/// type (`_==_`, `@in`, a map key): the same type, or a `null` where the
+/// other type is one `null` is assignable to (an object, a message, an
+/// optional). Numbers of different types do not meet.
+pub(super) fn compatible(a: &Ty, b: &Ty) -> bool {
+    let takes_null = |t: &Ty| {
+        matches!(
+            t,
+            Ty::Null | Ty::Opaque(_) | Ty::Object(_) | Ty::Optional(_) | Ty::Dyn | Ty::Unknown
+        )
+    };
+    match (a, b) {
+        (Ty::Null, t) | (t, Ty::Null) => takes_null(t),
+        (Ty::List(x), Ty::List(y)) => compatible(x, y),
+        (Ty::Map(k1, v1), Ty::Map(k2, v2)) => compatible(k1, k2) && compatible(v1, v2),
+        (Ty::Optional(x), Ty::Optional(y)) => compatible(x, y),
+        // `type(1) == string` is no error upstream.
+        (Ty::Type(_), Ty::Type(_)) => true,
+        _ => a == b,
+    }
+}
+
+/// One type for two where upstream's inference joins them: a part not
+/// known yet (`[]`'s element) takes the other's; else they must agree.
+fn unify(a: &Ty, b: &Ty) -> Ty {
+    match (a, b) {
+        (Ty::Unknown, t) | (t, Ty::Unknown) => t.clone(),
+        (Ty::List(x), Ty::List(y)) => Ty::List(Box::new(unify(x, y))),
+        (Ty::Map(k1, v1), Ty::Map(k2, v2)) => {
+            Ty::Map(Box::new(unify(k1, k2)), Box::new(unify(v1, v2)))
+        }
+        (Ty::Optional(x), Ty::Optional(y)) => Ty::Optional(Box::new(unify(x, y))),
+        _ if a == b => a.clone(),
+        _ => Ty::Unknown,
+    }
+}
+
 impl Ty {
     /// Whether the type is fully known (no [`Ty::Unknown`] anywhere in it).
     pub(super) fn is_known(&self) -> bool {
         match self {
-            Ty::Unknown => false,
-            Ty::List(e) => e.is_known(),
+            Ty::Unknown | Ty::Entry(..) => false,
+            Ty::List(e) | Ty::Optional(e) | Ty::Type(e) => e.is_known(),
             Ty::Map(k, v) => k.is_known() && v.is_known(),
             _ => true,
         }
@@ -232,8 +339,8 @@ impl Ty {
     /// of such a type have this runtime type.
     pub(super) fn is_concrete(&self) -> bool {
         match self {
-            Ty::Unknown | Ty::Dyn => false,
-            Ty::List(e) => e.is_concrete(),
+            Ty::Unknown | Ty::Dyn | Ty::Entry(..) => false,
+            Ty::List(e) | Ty::Optional(e) | Ty::Type(e) => e.is_concrete(),
             Ty::Map(k, v) => k.is_concrete() && v.is_concrete(),
             _ => true,
         }
@@ -242,8 +349,8 @@ impl Ty {
     /// cel-go's name of the type (`FormatCELType`).
     pub(super) fn name(&self) -> String {
         match self {
-            Ty::Unknown | Ty::Dyn => "dyn".into(),
-            Ty::Null => "null_type".into(),
+            Ty::Unknown | Ty::Dyn | Ty::Entry(..) => "dyn".into(),
+            Ty::Null => "null".into(),
             Ty::Bool => "bool".into(),
             Ty::Int => "int".into(),
             Ty::Uint => "uint".into(),
@@ -255,6 +362,8 @@ impl Ty {
             Ty::Opaque(name) => (*name).into(),
             Ty::Object(o) => o.name.into(),
             Ty::Variables(_) => "kubernetes.variables".into(),
+            Ty::Optional(e) => format!("optional_type({})", e.name()),
+            Ty::Type(e) => format!("type({})", e.name()),
         }
     }
 
@@ -263,16 +372,17 @@ impl Ty {
         matches!(self, Ty::Int | Ty::Uint | Ty::Double)
     }
 
-    /// Whether the type is neither a list nor a map.
-    pub(super) fn is_scalar(&self) -> bool {
-        !matches!(self, Ty::List(_) | Ty::Map(..))
+    /// Whether a comprehension cannot range over a value of this type
+    /// (cel-go: `must be list, map, or dynamic`).
+    pub(super) fn is_not_range(&self) -> bool {
+        self.is_concrete() && !matches!(self, Ty::List(_) | Ty::Map(..) | Ty::Null)
     }
 
     /// Whether `string` occurs in the type.
     pub(super) fn has_string(&self) -> bool {
         match self {
             Ty::String => true,
-            Ty::List(e) => e.has_string(),
+            Ty::List(e) | Ty::Optional(e) => e.has_string(),
             Ty::Map(k, v) => k.has_string() || v.has_string(),
             _ => false,
         }
@@ -283,7 +393,7 @@ impl Ty {
     pub(super) fn has_null(&self) -> bool {
         match self {
             Ty::Null => true,
-            Ty::List(e) => e.has_null(),
+            Ty::List(e) | Ty::Optional(e) => e.has_null(),
             Ty::Map(k, v) => k.has_null() || v.has_null(),
             _ => false,
         }
@@ -293,8 +403,9 @@ impl Ty {
 /// The variables upstream declares `dyn` for every MutatingAdmissionPolicy
 /// expression (`k8s.io/apiserver/pkg/admission/plugin/cel/compile.go`,
 /// `createEnvForOpts`). `request` and `namespaceObject` have declared object
-/// types ([`OBJECT_VARIABLES`]); `authorizer` and `variables.*` are left
-/// unknown here.
+/// types ([`OBJECT_VARIABLES`]), `variables` the declared variables' and
+/// `authorizer` is
+/// typed by the library's types.
 const DYN_VARIABLES: &[&str] = &["object", "oldObject", "params"];
 
 /// Variables bound by the comprehensions around an expression, innermost last.
@@ -336,6 +447,11 @@ impl Scope {
         }
         if DYN_VARIABLES.contains(&name) {
             Ty::Dyn
+        } else if name == "authorizer" {
+            Ty::Opaque(AUTHORIZER)
+        } else if let Some(t) = type_name(name) {
+            // `int`, `string`, ...: the type values cel-go declares.
+            Ty::Type(Box::new(t))
         } else if let (Some(t), "variables") = (&self.variables, name) {
             t.clone()
         } else if let Some((_, o)) = OBJECT_VARIABLES.iter().find(|(v, _)| *v == name) {
@@ -344,6 +460,19 @@ impl Scope {
             Ty::Unknown
         }
     }
+}
+
+/// The type a type name denotes (`int` is `type(int)`'s value).
+fn type_name(name: &str) -> Option<Ty> {
+    Some(match name {
+        "bool" => Ty::Bool,
+        "int" => Ty::Int,
+        "uint" => Ty::Uint,
+        "double" => Ty::Double,
+        "string" => Ty::String,
+        "bytes" => Ty::Bytes,
+        _ => return None,
+    })
 }
 
 /// The type of a literal.
@@ -396,10 +525,13 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
                 .iter()
                 .find(|(n, _)| *n == s.field)
                 .map_or(Ty::Unknown, |(_, t)| t.clone()),
+            Ty::Opaque(AUTHORIZER) if s.field == "requestResource" => Ty::Opaque(RESOURCE_CHECK),
             _ => Ty::Unknown,
         },
+        // `[]`: a list whose element type the uses tell (see `unify`).
+        Expr::List(l) if l.elements.is_empty() => Ty::List(Box::new(Ty::Unknown)),
         Expr::List(l) => {
-            if !l.optional_indices.is_empty() || l.elements.is_empty() {
+            if !l.optional_indices.is_empty() {
                 return Ty::Unknown;
             }
             let elem = join(l.elements.iter().map(|x| type_of(x, scope)));
@@ -408,6 +540,9 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
             } else {
                 Ty::Unknown
             }
+        }
+        Expr::Map(m) if m.entries.is_empty() => {
+            Ty::Map(Box::new(Ty::Unknown), Box::new(Ty::Unknown))
         }
         Expr::Map(m) => {
             let mut keys = Vec::new();
@@ -429,11 +564,84 @@ pub(super) fn type_of(e: &IdedExpr, scope: &mut Scope) -> Ty {
             }
         }
         Expr::Call(call) => {
+            if let Some(q) = qualified_call(call, scope) {
+                let args: Vec<Ty> = call.args.iter().map(|a| type_of(a, scope)).collect();
+                return qualified_call_type(&q, &args);
+            }
             let target = call.target.as_deref().map(|t| type_of(t, scope));
             let args: Vec<Ty> = call.args.iter().map(|a| type_of(a, scope)).collect();
+            // `pair[0]`, `pair[1]` of a two-variable comprehension's entry.
+            if let ([Ty::Entry(k, v), _], [_, i], operators::INDEX) = (
+                args.as_slice(),
+                call.args.as_slice(),
+                call.func_name.as_str(),
+            ) {
+                return match &i.expr {
+                    Expr::Literal(LiteralValue::Int(i)) if **i == 0 => (**k).clone(),
+                    Expr::Literal(LiteralValue::Int(i)) if **i == 1 => (**v).clone(),
+                    _ => Ty::Unknown,
+                };
+            }
             call_type(&call.func_name, target.as_ref(), &args)
         }
-        Expr::Comprehension(_) | Expr::Struct(_) | Expr::Unspecified => Ty::Unknown,
+        Expr::Comprehension(c) => {
+            let (iter, accu) = comprehension_types(c, scope);
+            scope.push(&c.iter_var, iter);
+            scope.push(&c.accu_var, accu);
+            let result = type_of(&c.result, scope);
+            scope.pop(2);
+            result
+        }
+        Expr::Struct(_) | Expr::Unspecified => Ty::Unknown,
+    }
+}
+
+/// The types of a comprehension's iteration variable and accumulator.
+/// Upstream infers the accumulator's from its initial value and the step:
+/// `[]` (`map`, `filter`) takes its element type from `accu + [x]`.
+pub(super) fn comprehension_types(c: &ComprehensionExpr, scope: &mut Scope) -> (Ty, Ty) {
+    let iter = iteration_type(&type_of(&c.iter_range, scope));
+    let init = type_of(&c.accu_init, scope);
+    if init.is_known() {
+        return (iter, init);
+    }
+    scope.push(&c.iter_var, iter.clone());
+    scope.push(&c.accu_var, init.clone());
+    let step = type_of(&c.loop_step, scope);
+    scope.pop(2);
+    let accu = unify(&init, &step);
+    (iter, if accu.is_known() { accu } else { init })
+}
+
+/// The qualified name of a library function `call` names
+/// (`sets.contains(a, b)`, `optional.of(x)`), when its target is the
+/// prefix of one and no comprehension variable of that name.
+pub(super) fn qualified_call(call: &cel::common::ast::CallExpr, scope: &Scope) -> Option<String> {
+    let Some(Expr::Ident(prefix)) = call.target.as_deref().map(|t| &t.expr) else {
+        return None;
+    };
+    let known = matches!(
+        prefix.as_str(),
+        "optional" | "sets" | "lists" | "format" | "strings" | "jsonpatch"
+    );
+    (known && !scope.binds(prefix)).then(|| format!("{prefix}.{}", call.func_name))
+}
+
+/// The result type of the library function `q` (qualified) on `args`.
+fn qualified_call_type(q: &str, args: &[Ty]) -> Ty {
+    match (q, args) {
+        ("optional.of" | "optional.ofNonZeroValue", [t]) => Ty::Optional(Box::new(t.clone())),
+        ("optional.none", []) => Ty::Optional(Box::new(Ty::Unknown)),
+        ("optional.unwrap", [Ty::List(e)]) => match &**e {
+            Ty::Optional(t) => Ty::List(t.clone()),
+            _ => Ty::Unknown,
+        },
+        ("sets.contains" | "sets.equivalent" | "sets.intersects", [_, _]) => Ty::Bool,
+        ("lists.range", [Ty::Int]) => Ty::List(Box::new(Ty::Int)),
+        ("strings.quote" | "jsonpatch.escapeKey", [Ty::String]) => Ty::String,
+        ("format.named", [Ty::String]) => Ty::Optional(Box::new(Ty::Opaque(NAMED_FORMAT))),
+        (f, []) if f.starts_with("format.") => Ty::Opaque(NAMED_FORMAT),
+        _ => Ty::Unknown,
     }
 }
 
@@ -474,9 +682,12 @@ fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
         ("bool", None) if args.len() == 1 => Ty::Bool,
         ("size", _) => Ty::Int,
         (op, None) if BOOL_OPERATORS.contains(&op) => Ty::Bool,
-        (operators::ADD, None) => match same_args() {
-            t @ (Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::List(_)) => t,
-            _ => Ty::Unknown,
+        (operators::ADD, None) => match args {
+            [a @ Ty::List(_), b @ Ty::List(_)] => unify(a, b),
+            _ => match same_args() {
+                t @ (Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes) => t,
+                _ => Ty::Unknown,
+            },
         },
         (operators::SUBSTRACT | operators::MULTIPLY | operators::DIVIDE, None) => {
             match same_args() {
@@ -492,7 +703,30 @@ fn call_type(name: &str, target: Option<&Ty>, args: &[Ty]) -> Ty {
             t @ (Ty::Int | Ty::Double) => t,
             _ => Ty::Unknown,
         },
-        (operators::CONDITIONAL, None) if args.len() == 3 => join(args[1..].iter().cloned()),
+        (operators::CONDITIONAL, None) if args.len() == 3 => unify(&args[1], &args[2]),
+        (ENTRIES_FN, None) => match args {
+            [Ty::List(e)] => Ty::List(Box::new(Ty::Entry(Box::new(Ty::Int), e.clone()))),
+            [Ty::Map(k, v)] => Ty::List(Box::new(Ty::Entry(k.clone(), v.clone()))),
+            _ => Ty::Unknown,
+        },
+        ("type", None) if args.len() == 1 => Ty::Type(Box::new(args[0].clone())),
+        (operators::OPT_SELECT | operators::OPT_INDEX, None) => match args.first() {
+            Some(Ty::Dyn) => Ty::Optional(Box::new(Ty::Dyn)),
+            _ => Ty::Unknown,
+        },
+        ("hasValue", Some(Ty::Optional(_))) => Ty::Bool,
+        ("value", Some(Ty::Optional(t))) => (**t).clone(),
+        ("orValue", Some(Ty::Optional(t))) => unify(t, args.first().unwrap_or(&Ty::Unknown)),
+        ("or", Some(o @ Ty::Optional(_))) => unify(o, args.first().unwrap_or(&Ty::Unknown)),
+        ("first" | "last", Some(Ty::List(e))) if args.is_empty() => Ty::Optional(e.clone()),
+        ("unwrapOpt", Some(Ty::List(e))) => match &**e {
+            Ty::Optional(t) => Ty::List(t.clone()),
+            _ => Ty::Unknown,
+        },
+        ("validate", Some(Ty::Opaque(NAMED_FORMAT))) if args == [Ty::String] => {
+            Ty::Optional(Box::new(Ty::List(Box::new(Ty::String))))
+        }
+        (method, Some(r)) if is_authz(r) => authz_method(r, method, args).unwrap_or(Ty::Unknown),
         (method, Some(Ty::String)) if STRING_PREDICATES.contains(&method) => Ty::Bool,
         (
             "lowerAscii" | "upperAscii" | "replace" | "substring" | "trim" | "charAt" | "find",

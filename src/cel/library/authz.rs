@@ -1119,41 +1119,52 @@ mod tests {
 
     #[test]
     fn wrong_receivers_and_arguments_are_errors() {
-        // Upstream rejects these when type-checking; here they fail on evaluation.
+        // Upstream's checker refuses these when compiling (texts from
+        // maporacle, k8s.io/apiserver v0.36.2).
         let d = || Fake::answering(Decision::deny(""));
         let r = plain_request;
         run(vec![
-            ("authorizer.group(1)", d(), r(), Err("no such overload")),
+            (
+                "authorizer.group(1)",
+                d(),
+                r(),
+                Err("found no matching overload for 'group' applied to 'kubernetes.authorization.Authorizer.(int)'"),
+            ),
             (
                 "authorizer.path('/x').resource('pods')",
                 d(),
                 r(),
-                Err("no such overload"),
+                Err("found no matching overload for 'resource' applied to 'kubernetes.authorization.PathCheck.(string)'"),
             ),
-            ("authorizer.check('get')", d(), r(), Err("no such overload")),
+            (
+                "authorizer.check('get')",
+                d(),
+                r(),
+                Err("found no matching overload for 'check' applied to 'kubernetes.authorization.Authorizer.(string)'"),
+            ),
             (
                 "authorizer.group('').check('get')",
                 d(),
                 r(),
-                Err("no such overload"),
+                Err("found no matching overload for 'check' applied to 'kubernetes.authorization.GroupCheck.(string)'"),
             ),
             (
                 "authorizer.path('/x').check(1)",
                 d(),
                 r(),
-                Err("no such overload"),
+                Err("found no matching overload for 'check' applied to 'kubernetes.authorization.PathCheck.(int)'"),
             ),
             (
                 "authorizer.serviceAccount('ns')",
                 d(),
                 r(),
-                Err("no such overload"),
+                Err("found no matching overload for 'serviceAccount' applied to 'kubernetes.authorization.Authorizer.(string)'"),
             ),
             (
                 "authorizer.group('').resource('pods').allowed()",
                 d(),
                 r(),
-                Err("no such overload"),
+                Err("found no matching overload for 'allowed' applied to 'kubernetes.authorization.ResourceCheck.()'"),
             ),
             (
                 "'x'.check('get')",

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 /// arguments is the one called).
 pub fn register_before_extensions(env: &mut Env) -> Result<(), DeclarationError> {
     optional_lists::register_range(env)?;
+    strings::register_join(env)?;
     strings::register_index_of(env)
 }
 
@@ -42,6 +43,19 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     semver::register(env)?;
     math::register(env)?;
     authz::register(env)?;
+    // cel-go declares `duration(int)`, which fails when called (a literal
+    // argument is the duration validator's `invalid duration argument`).
+    env.add_overload(
+        "duration",
+        "kmutate_duration_int",
+        vec![types::INT_TYPE],
+        |_| {
+            Err(ExecutionError::function_error(
+                "duration",
+                "type conversion error from 'int' to 'google.protobuf.Duration'",
+            ))
+        },
+    )?;
     cel::add_overload!(env, fn escape_key: (CelString) -> CelString, name = "jsonpatch.escapeKey")?;
     env.add_overload(
         ENTRIES_FN,

@@ -6,7 +6,7 @@
 //! an empty substring.
 
 use super::optional_lists::no_overload;
-use cel::common::types::{CelInt, CelString, DYN_TYPE, STRING_TYPE};
+use cel::common::types::{CelInt, CelList, CelString, DYN_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
 use cel::{DeclarationError, Env, ExecutionError};
 
@@ -30,6 +30,43 @@ pub fn add_strings_v2(env: &mut Env) -> Result<(), DeclarationError> {
         }
         Ok(()) => panic!("the strings extension no longer declares string.reverse()"),
         Err(e) => Err(e),
+    }
+}
+
+/// Registers `join` before the crate's extension, on any receiver: cel-go
+/// declares it on `list(string)` alone, so a list holding anything else
+/// (`dyn([1, 2]).join('-')`) has no overload, `no such overload: join(list,
+/// string)`, where the crate's says `Unexpected type`.
+pub fn register_join(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_member_overload("join", "kmutate_join", DYN_TYPE, vec![], join)?;
+    env.add_member_overload(
+        "join",
+        "kmutate_join_separator",
+        DYN_TYPE,
+        vec![DYN_TYPE],
+        join,
+    )
+}
+
+fn join<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let strings = |v: &CowVal<'_, '_>| -> Option<Vec<String>> {
+        let list = v.downcast_ref::<CelList>()?;
+        list.inner()
+            .iter()
+            .map(|x| x.downcast_ref::<CelString>().map(|s| s.inner().to_string()))
+            .collect()
+    };
+    let joined = match args.as_slice() {
+        [list] => strings(list).map(|parts| parts.concat()),
+        [list, sep] => match (strings(list), sep.downcast_ref::<CelString>()) {
+            (Some(parts), Some(sep)) => Some(parts.join(sep.inner())),
+            _ => None,
+        },
+        _ => None,
+    };
+    match joined {
+        Some(s) => Ok(CowVal::owned(CelString::from(s))),
+        None => Err(no_overload("join", &args)),
     }
 }
 
