@@ -1,47 +1,49 @@
 //! How a live apiserver's answer is held against a case's expectation.
 //!
-//! The apiserver defaults an object before admission and after each
-//! mutation, runs its own admission plugins (a Pod's service-account token
-//! mount) and sets metadata, none of which a case states. So the runner
-//! compares changes, not objects:
+//! The apiserver does more to an object than admission: it defaults it
+//! (before admission and after each mutation), runs its own admission
+//! plugins (a Pod's service-account token mount), validates it, applies
+//! the rules of the update (a status update keeps the stored metadata, a
+//! Pod update may change little) and sets metadata; no case states any of
+//! that. So the case's expected object is put through the same apiserver
+//! first: the *normalised expectation* is the apiserver's answer to the
+//! case's request carrying the expected object instead of its object, sent
+//! with no policy in force (a dry run). Then:
 //!
-//! - the case's change is from its `object` to its `expect.object`;
-//! - the policies' change is from the *baseline* (the same dry-run request,
-//!   sent before the case's policies exist) to the answer with them;
-//! - every change the case expects must be in the answer (a value the
-//!   policies added may carry the apiserver's defaults inside it, and a
-//!   list may carry the token mount the ServiceAccount plugin adds on
-//!   reinvocation), and every change the policies made must be one the case
-//!   expects (or lie inside one). A case that expects a change the answer
-//!   lacks fails, so a mutation that did not happen cannot pass;
-//! - what the apiserver makes of the expected object by itself (the same
-//!   request with the expected object, sent with no policy) is not held
-//!   against the policies: defaults filled in again after a mutation.
+//! - the answer with the policies in force must equal the normalised
+//!   expectation, field for field (after [`without_volatile_metadata`] and
+//!   [`normalize`] on both);
+//! - when the case expects a change but its normalised expectation equals
+//!   the *baseline* (the request with its own object, no policy), the
+//!   apiserver discards the change by itself (metadata in a status update):
+//!   a mutation that did not happen would look the same, so the case cannot
+//!   pass; it is skipped when the answer agrees, and fails when it does not.
 //!
-//! Both sides are first normalised as the in-process runner compares
-//! (nulls, empty maps and lists dropped) and stripped of what the apiserver
-//! sets anew on each request (uid, resourceVersion, creationTimestamp,
-//! managedFields, generation).
+//! A mutation that did not happen leaves the answer equal to the baseline,
+//! which differs from the normalised expectation: it fails.
 
 use crate::conformance::normalize;
 use serde_json::Value as Json;
 
 /// One step of a path into a JSON value.
 #[derive(Clone, Debug, PartialEq)]
-enum Step {
+pub enum Step {
+    /// A map's key.
     Key(String),
+    /// A list's index.
     Index(usize),
 }
 
-type JsonPath = Vec<Step>;
+/// A path into a JSON value.
+pub type JsonPath = Vec<Step>;
 
 /// A change: where, and the new value (`None`: removed).
-type Change = (JsonPath, Option<Json>);
+pub type Change = (JsonPath, Option<Json>);
 
 /// What changed from `before` to `after`. Maps are compared key by key,
 /// lists of the same length item by item; a list whose length changed, or a
 /// value whose type changed, is one change of the whole.
-fn changes(before: &Json, after: &Json) -> Vec<Change> {
+pub fn changes(before: &Json, after: &Json) -> Vec<Change> {
     let mut out = Vec::new();
     walk(before, after, &mut Vec::new(), &mut out);
     out
@@ -79,14 +81,15 @@ fn walk(before: &Json, after: &Json, at: &mut JsonPath, out: &mut Vec<Change>) {
 }
 
 /// Equal JSON, numbers compared by value (`1` and `1.0`).
-fn same(a: &Json, b: &Json) -> bool {
+pub fn same(a: &Json, b: &Json) -> bool {
     match (a, b) {
         (Json::Number(x), Json::Number(y)) => x.as_f64() == y.as_f64(),
         _ => a == b,
     }
 }
 
-fn at<'v>(v: &'v Json, path: &[Step]) -> Option<&'v Json> {
+/// The value at `path` in `v`, if there is one.
+pub fn at<'v>(v: &'v Json, path: &[Step]) -> Option<&'v Json> {
     path.iter().try_fold(v, |v, s| match s {
         Step::Key(k) => v.get(k),
         Step::Index(i) => v.get(i),
@@ -94,59 +97,22 @@ fn at<'v>(v: &'v Json, path: &[Step]) -> Option<&'v Json> {
 }
 
 /// Whether `actual` holds `expected`: every key of a map (recursively),
-/// every item of a list of the same length, equal scalars; the apiserver's
-/// defaults inside are the only extra allowed.
-fn holds(actual: &Json, expected: &Json) -> bool {
+/// every item of a list of the same length, equal scalars; defaults the
+/// apiserver filled in inside are the only extra allowed.
+pub fn holds(actual: &Json, expected: &Json) -> bool {
     match (actual, expected) {
         (Json::Object(a), Json::Object(e)) => e
             .iter()
             .all(|(k, ev)| a.get(k).is_some_and(|av| holds(av, ev))),
         (Json::Array(a), Json::Array(e)) => {
-            let a: Vec<&Json> = a
-                .iter()
-                .filter(|av| !is_token_mount(av) || e.iter().any(|ev| same(av, ev)))
-                .collect();
             a.len() == e.len() && a.iter().zip(e).all(|(av, ev)| holds(av, ev))
         }
         _ => same(actual, expected),
     }
 }
 
-/// `found` (a list), without the items the apiserver added before
-/// admission: those of the baseline's list at `path` that the case's own
-/// object does not have (the DefaultTolerationSeconds plugin's
-/// tolerations, for one). Anything else is `found` itself.
-fn without_added_items(found: &Json, path: &[Step], object: &Json, baseline: &Json) -> Json {
-    let (Json::Array(items), Some(Json::Array(before))) = (found, at(baseline, path)) else {
-        return found.clone();
-    };
-    let own: &[Json] = at(object, path)
-        .and_then(Json::as_array)
-        .map_or(&[], Vec::as_slice);
-    let added: Vec<&Json> = before
-        .iter()
-        .filter(|b| !own.iter().any(|o| holds(b, o)))
-        .collect();
-    Json::Array(
-        items
-            .iter()
-            .filter(|i| !added.iter().any(|a| same(a, i)))
-            .cloned()
-            .collect(),
-    )
-}
-
-/// The ServiceAccount plugin's token mount (or volume), `kube-api-access-*`.
-fn is_token_mount(v: &Json) -> bool {
-    v["name"]
-        .as_str()
-        .is_some_and(|n| n.starts_with(TOKEN_VOLUME))
-}
-
-/// The ServiceAccount plugin's token volume ends in 5 random characters.
-const TOKEN_VOLUME: &str = "kube-api-access-";
-
-fn show(path: &[Step]) -> String {
+/// `path` as `.spec.containers[0].image` (`.` for the whole).
+pub fn show(path: &[Step]) -> String {
     let s: String = path
         .iter()
         .map(|s| match s {
@@ -161,13 +127,64 @@ fn show(path: &[Step]) -> String {
     }
 }
 
-/// What the apiserver computes from what the policy changed (a Pod's QoS
-/// class from its resources), not a mutation.
-fn derived(path: &[Step]) -> bool {
+/// What the apiserver computes on create from what a policy changed (a
+/// Pod's QoS class from its resources), not a mutation.
+pub fn derived(path: &[Step]) -> bool {
     path == [Step::Key("status".into()), Step::Key("qosClass".into())]
 }
 
-/// `object` without the metadata the apiserver sets anew on each request.
+/// `base` with `changes` made to it (a change whose parent is not there
+/// is made with the maps it needs; one into a list index not there is
+/// dropped).
+pub fn apply_changes(base: &Json, changes: &[Change]) -> Json {
+    let mut out = base.clone();
+    for (path, value) in changes {
+        set_at(&mut out, path, value.as_ref());
+    }
+    out
+}
+
+fn set_at(v: &mut Json, path: &[Step], value: Option<&Json>) {
+    let Some((first, rest)) = path.split_first() else {
+        *v = value.cloned().unwrap_or(Json::Null);
+        return;
+    };
+    match first {
+        Step::Key(k) => {
+            if !v.is_object() {
+                *v = Json::Object(Default::default());
+            }
+            let Json::Object(m) = v else { return };
+            match (rest.is_empty(), value) {
+                (true, None) => {
+                    m.remove(k);
+                }
+                _ => set_at(m.entry(k.clone()).or_insert(Json::Null), rest, value),
+            }
+        }
+        Step::Index(i) => {
+            let Json::Array(items) = v else { return };
+            match (rest.is_empty(), value) {
+                (true, None) if *i < items.len() => {
+                    items.remove(*i);
+                }
+                _ => {
+                    if let Some(item) = items.get_mut(*i) {
+                        set_at(item, rest, value);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The ServiceAccount plugin's token volume ends in 5 random characters.
+const TOKEN_VOLUME: &str = "kube-api-access-";
+
+/// `object` without the metadata the apiserver sets anew on each request
+/// (uid, resourceVersion, creationTimestamp, managedFields, generation;
+/// the uid also wherever the apiserver copied it) and without the
+/// ServiceAccount plugin's token volume and mounts.
 pub fn without_volatile_metadata(object: &Json) -> Json {
     let mut o = object.clone();
     // The uid, wherever the apiserver copied it (a Job's controller-uid).
@@ -189,7 +206,7 @@ pub fn without_volatile_metadata(object: &Json) -> Json {
             m.remove(k);
         }
     }
-    stable_token_names(&mut o);
+    without_token_mounts(&mut o);
     o
 }
 
@@ -203,10 +220,11 @@ fn replace_uid(v: &mut Json, uid: &str) {
 }
 
 /// Drops the ServiceAccount plugin's token volume and mounts (named
-/// `kube-api-access-` and 5 random characters): the plugin adds them, or
-/// not, from what the policies set (`automountServiceAccountToken`), and
-/// no case states them.
-fn stable_token_names(v: &mut Json) {
+/// `kube-api-access-` and 5 random characters): the plugin adds them
+/// before admission to the containers there are then, so a container a
+/// policy adds lacks the mount the same container sent by itself gets,
+/// and no case states them.
+fn without_token_mounts(v: &mut Json) {
     match v {
         Json::Array(items) => {
             items.retain(|i| {
@@ -214,90 +232,65 @@ fn stable_token_names(v: &mut Json) {
                     n.starts_with(TOKEN_VOLUME) && n.len() == TOKEN_VOLUME.len() + 5
                 }))
             });
-            items.iter_mut().for_each(stable_token_names)
+            items.iter_mut().for_each(without_token_mounts)
         }
-        Json::Object(m) => m.values_mut().for_each(stable_token_names),
+        Json::Object(m) => m.values_mut().for_each(without_token_mounts),
         _ => {}
     }
 }
 
-/// The differences between what the case expects the policies to change
-/// (`object` to `expected`) and what they changed (`baseline` to
-/// `answer`); empty when they agree.
-///
-/// `defaulted` is the apiserver's answer to the expected object itself,
-/// sent with no policy: where the answer holds what the apiserver makes of
-/// the expected object on its own (defaults filled in again after the
-/// mutation, a request set from a limit), it is not the policies' doing.
+/// `value` as the comparison sees it: without volatile metadata, nulls,
+/// empty maps and lists.
+pub fn comparable(value: &Json) -> Json {
+    normalize(&without_volatile_metadata(value))
+}
+
+/// The verdict on an answer that is an object.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// The answer is the normalised expectation.
+    Pass,
+    /// Where they differ.
+    Fail(Vec<String>),
+    /// The answer is the normalised expectation, but that is also the
+    /// baseline while the case expects a change: the apiserver discards it
+    /// by itself, and a mutation that did not happen would look the same.
+    Unobservable,
+}
+
+/// The answer with the policies in force against the normalised
+/// expectation (`normalised`, the apiserver's answer to the expected
+/// object with no policy). `object` and `expected` are the case's (to know
+/// whether it expects a change), `baseline` the apiserver's answer to its
+/// object with no policy.
 pub fn compare(
     object: &Json,
     expected: &Json,
     baseline: &Json,
+    normalised: &Json,
     answer: &Json,
-    defaulted: Option<&Json>,
-) -> Vec<String> {
-    let object = normalize(&without_volatile_metadata(object));
-    let expected = normalize(&without_volatile_metadata(expected));
-    let baseline = normalize(&without_volatile_metadata(baseline));
-    let answer = normalize(&without_volatile_metadata(answer));
-    let defaulted = defaulted.map(|d| normalize(&without_volatile_metadata(d)));
-    let by_itself = |path: &[Step]| {
-        defaulted
-            .as_ref()
-            .is_some_and(|d| match (at(d, path), at(&answer, path)) {
-                (Some(a), Some(b)) => same(a, b),
-                (None, None) => true,
-                _ => false,
-            })
-    };
-    let wanted = changes(&object, &expected);
-    let made: Vec<Change> = changes(&baseline, &answer)
+) -> Verdict {
+    let normalised = comparable(normalised);
+    let answer = comparable(answer);
+    let problems: Vec<String> = changes(&normalised, &answer)
         .into_iter()
-        .filter(|(path, _)| !derived(path))
-        .collect();
-    let mut problems = Vec::new();
-    for (path, value) in &wanted {
-        let found = at(&answer, path).map(|f| without_added_items(f, path, &object, &baseline));
-        // The expected object sent alone must show the change (it differs
-        // from the baseline there), or the change is not observable and the
-        // case cannot pass by it.
-        let observable =
-            defaulted
-                .as_ref()
-                .is_some_and(|d| match (at(d, path), at(&baseline, path)) {
-                    (Some(a), Some(b)) => !same(a, b),
-                    (None, None) => false,
-                    _ => true,
-                });
-        let ok = (observable && by_itself(path))
-            || match (value, &found) {
-                (None, None) => true,
-                (None, Some(Json::Array(rest))) => rest.is_empty(),
-                (Some(v), Some(f)) => holds(f, v),
-                _ => false,
-            };
-        if !ok {
-            problems.push(format!(
+        .map(|(path, got)| {
+            format!(
                 "{}: expected {}, the apiserver gave {}",
-                show(path),
-                value.as_ref().map_or("it removed".into(), Json::to_string),
-                found.as_ref().map_or("nothing".into(), Json::to_string)
-            ));
-        }
+                show(&path),
+                at(&normalised, &path).map_or("nothing".into(), Json::to_string),
+                got.map_or("nothing".into(), |g| g.to_string())
+            )
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Verdict::Fail(problems);
     }
-    for (path, value) in &made {
-        let covered = wanted
-            .iter()
-            .any(|(p, _)| path.starts_with(p) || p.starts_with(path));
-        if !covered && !by_itself(path) {
-            problems.push(format!(
-                "{}: the policies made it {}, the case expects no change there",
-                show(path),
-                value.as_ref().map_or("absent".into(), Json::to_string)
-            ));
-        }
+    let expects_change = comparable(object) != comparable(expected);
+    if expects_change && normalised == comparable(baseline) {
+        return Verdict::Unobservable;
     }
-    problems
+    Verdict::Pass
 }
 
 #[cfg(test)]
@@ -310,56 +303,86 @@ mod tests {
         let object = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
         let expected = json!({"metadata": {"name": "c"}, "data": {"a": "2"}});
         let baseline = json!({"metadata": {"name": "c", "uid": "u"}, "data": {"a": "1"}});
+        let normalised = json!({"metadata": {"name": "c", "uid": "w"}, "data": {"a": "2"}});
+        let Verdict::Fail(problems) =
+            compare(&object, &expected, &baseline, &normalised, &baseline)
+        else {
+            panic!("an answer without the change passed");
+        };
         assert_eq!(
-            compare(&object, &expected, &baseline, &baseline, None).len(),
-            1
+            problems,
+            [".data.a: expected \"2\", the apiserver gave \"1\""]
         );
         let answer = json!({"metadata": {"name": "c", "uid": "v"}, "data": {"a": "2"}});
-        assert!(compare(&object, &expected, &baseline, &answer, None).is_empty());
-    }
-
-    #[test]
-    fn defaults_inside_an_added_value_are_allowed_and_extra_changes_are_not() {
-        let object = json!({"spec": {"containers": [{"name": "a"}]}});
-        let expected = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        let baseline =
-            json!({"spec": {"containers": [{"name": "a", "imagePullPolicy": "Always"}]}});
-        let answer = json!({"spec": {"containers": [
-            {"name": "a", "imagePullPolicy": "Always"},
-            {"name": "b", "imagePullPolicy": "Always"}]}});
-        assert!(compare(&object, &expected, &baseline, &answer, None).is_empty());
-        let extra = json!({"spec": {"containers": [
-            {"name": "a", "imagePullPolicy": "Always"},
-            {"name": "b", "imagePullPolicy": "Always"}], "x": 1}});
         assert_eq!(
-            compare(&object, &expected, &baseline, &extra, None).len(),
-            1
+            compare(&object, &expected, &baseline, &normalised, &answer),
+            Verdict::Pass
         );
     }
 
     #[test]
-    fn a_change_the_apiserver_drops_even_alone_does_not_pass() {
-        let object = json!({"metadata": {"name": "c"}});
-        let expected = json!({"metadata": {"name": "c", "labels": {"a": "b"}}});
-        let baseline = object.clone();
-        // A status update keeps the stored metadata: the label never shows.
-        let dropped = compare(&object, &expected, &baseline, &baseline, Some(&baseline));
-        assert_eq!(dropped.len(), 1);
-        // Defaults the apiserver fills in again are not the policies' doing.
+    fn the_apiserver_s_own_work_on_the_expected_object_is_not_held_against_the_policies() {
+        // A removed field the apiserver defaults again.
         let object = json!({"spec": {"replicas": 3}});
         let expected = json!({"spec": {}});
         let defaulted = json!({"spec": {"replicas": 1}});
-        assert!(compare(&object, &expected, &object, &defaulted, Some(&defaulted)).is_empty());
         assert_eq!(
-            compare(&object, &expected, &object, &object, Some(&defaulted)).len(),
-            1
+            compare(&object, &expected, &object, &defaulted, &defaulted),
+            Verdict::Pass
+        );
+        // ... but the value before the removal is no pass.
+        assert!(matches!(
+            compare(&object, &expected, &object, &defaulted, &object),
+            Verdict::Fail(_)
+        ));
+        // A token mount on the containers there were before admission.
+        let normalised = json!({"spec": {"containers": [
+            {"name": "a", "volumeMounts": [{"name": "kube-api-access-x1y2z"}]},
+            {"name": "b", "volumeMounts": [{"name": "kube-api-access-x1y2z"}]}]}});
+        let answer = json!({"spec": {"containers": [
+            {"name": "a", "volumeMounts": [{"name": "kube-api-access-q7r8s"}]},
+            {"name": "b"}]}});
+        let object = json!({"spec": {"containers": [{"name": "a"}]}});
+        let expected = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        assert_eq!(
+            compare(&object, &expected, &object, &normalised, &answer),
+            Verdict::Pass
         );
     }
 
     #[test]
-    fn no_change_expected_and_none_made_passes() {
+    fn a_change_the_apiserver_discards_by_itself_cannot_pass() {
+        let object = json!({"metadata": {"name": "c"}, "status": {"s": 1}});
+        let expected = json!({"metadata": {"name": "c", "labels": {"a": "b"}}, "status": {"s": 1}});
+        // A status update keeps the stored metadata: the label never shows.
+        assert_eq!(
+            compare(&object, &expected, &object, &object, &object),
+            Verdict::Unobservable
+        );
+        // A policy that changed something else there still fails.
+        let other = json!({"metadata": {"name": "c"}, "status": {"s": 2}});
+        assert!(matches!(
+            compare(&object, &expected, &object, &object, &other),
+            Verdict::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn no_change_expected_and_none_made_passes_and_an_extra_change_fails() {
         let object = json!({"data": {"a": "1"}});
         let baseline = json!({"data": {"a": "1"}, "metadata": {"resourceVersion": "1"}});
-        assert!(compare(&object, &object, &baseline, &baseline, None).is_empty());
+        assert_eq!(
+            compare(&object, &object, &baseline, &baseline, &baseline),
+            Verdict::Pass
+        );
+        let extra = json!({"data": {"a": "1", "b": null, "c": "2"}});
+        let Verdict::Fail(problems) = compare(&object, &object, &baseline, &baseline, &extra)
+        else {
+            panic!("an extra change passed");
+        };
+        assert_eq!(
+            problems,
+            [".data.c: expected nothing, the apiserver gave \"2\""]
+        );
     }
 }

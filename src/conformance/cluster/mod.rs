@@ -42,6 +42,22 @@ pub const POLICY_WAIT: Duration = Duration::from_secs(10);
 pub const POLICY_REFUSED: &str = "policy refused at creation: the apiserver's validation compiles \
      the CEL, so a live cluster cannot hold the policy the case runs";
 
+/// The skip reason of a case whose expected object the apiserver itself
+/// refuses (validation, the rules of an update), as it refuses the request
+/// with the policies: the message follows.
+pub const EXPECTED_REFUSED: &str = "expected object refused by the apiserver with no policy";
+
+/// The skip reason of a case whose expected change the apiserver discards
+/// by itself.
+pub const UNOBSERVABLE: &str = "change not observable: the apiserver makes the case's expected \
+     object, sent with no policy, into the same object as its own (metadata in a status update), \
+     so a mutation that did not happen would look the same";
+
+/// The skip reason of a case expecting a denial whose request the
+/// apiserver resets without an answer.
+pub const RESET: &str = "request reset: the apiserver answered the request with the policies \
+     by no status (a panic in its handler resets it), so no denial text can be compared";
+
 /// Said of a refusal for want of params.
 const PARAMS_HINT: &str =
     "\n(kube-apiserver v1.36.2 starts the informer of a built-in param kind, \
@@ -381,20 +397,6 @@ async fn create_stored(run: &Run, stored: &ClusterObject) -> Result<Json, String
         .map_err(|e| format!("adding its ephemeral containers: {e}"))
 }
 
-/// Whether `answer` shows no effect of the policies yet, against `baseline`.
-fn shows_no_effect(answer: &Answer, baseline: &Json) -> bool {
-    match answer {
-        Answer::Object { object, .. } => {
-            let strip = |o: &Json| normalize(&compare::without_volatile_metadata(o));
-            strip(object) == strip(baseline)
-        }
-        // A param informer still syncing.
-        Answer::Refused { message, .. } => {
-            message.contains("not yet synced") || message.contains("no params found")
-        }
-    }
-}
-
 /// Creates `objects` at once (each recorded); the first refusal, naming it.
 async fn create_all(run: &Run, case: &str, objects: &[ClusterObject]) -> Result<(), String> {
     let results = futures::future::join_all(objects.iter().map(|o| async move {
@@ -454,6 +456,22 @@ async fn run_plan_steps(run: &Run, plan: &Plan) -> Result<ClusterResult, String>
                 stored.name
             )
         })?;
+        // A Pod update may change little but images: it is sent as the
+        // stored Pod (with the token volume and defaults the apiserver
+        // added) changed as the case changes its oldObject into its object,
+        // and so is the expected object.
+        let is_pod = stored.collection.group.is_empty() && stored.collection.resource == "pods";
+        if is_pod && plan.subresource.is_empty() && stored.object["kind"] == plan.object["kind"] {
+            let stored_as = &created;
+            plan.object =
+                compare::apply_changes(stored_as, &compare::changes(&stored.object, &plan.object));
+            if let Expectation::Object(expected) = &plan.expect {
+                plan.expect = Expectation::Object(compare::apply_changes(
+                    stored_as,
+                    &compare::changes(&stored.object, expected),
+                ));
+            }
+        }
         // An update names the version it replaces (custom resources require it).
         if plan.object.get("metadata").is_some_and(Json::is_object) {
             plan.object["metadata"]["resourceVersion"] =
@@ -485,20 +503,23 @@ async fn run_plan_steps(run: &Run, plan: &Plan) -> Result<ClusterResult, String>
             ))
         }
     };
-    // What the apiserver makes of the expected object by itself.
-    let defaulted = match &plan.expect {
-        Expectation::Object(expected) if *expected != plan.object => {
+    // The normalised expectation: the expected object through the same
+    // apiserver, with no policy in force.
+    let normalised = match &plan.expect {
+        Expectation::Object(expected)
+            if compare::comparable(expected) != compare::comparable(&plan.object) =>
+        {
             let mut alone = plan.clone();
             alone.object = expected.clone();
             if let Some(rv) = plan.object["metadata"].get("resourceVersion") {
                 alone.object["metadata"]["resourceVersion"] = rv.clone();
             }
-            match send_request(&run.api, &alone).await? {
-                Answer::Object { object, .. } => Some(object),
-                Answer::Refused { .. } => None,
-            }
+            send_request(&run.api, &alone).await?
         }
-        _ => None,
+        _ => Answer::Object {
+            object: baseline.clone(),
+            warnings: Vec::new(),
+        },
     };
     let (policies, bindings): (Vec<ClusterObject>, Vec<ClusterObject>) = plan
         .policies
@@ -530,39 +551,80 @@ async fn run_plan_steps(run: &Run, plan: &Plan) -> Result<ClusterResult, String>
         .map_err(|e| format!("case {case}: {e}"))?;
     let expects_effect = match &plan.expect {
         Expectation::Rejected(_) => true,
-        Expectation::Object(o) => normalize(o) != normalize(&plan.case_object),
+        Expectation::Object(o) => compare::comparable(o) != compare::comparable(&plan.object),
     };
-    let mut answer = send_request(&run.api, plan).await?;
-    while expects_effect && shows_no_effect(&answer, &baseline) && Instant::now() < deadline {
+    // Sent again while a change the case expects does not show (a param
+    // informer still syncing), within the same bound.
+    let mut answer = send_request(&run.api, plan).await;
+    loop {
+        let answer_now = match answer {
+            Ok(a) => a,
+            // A panic in the apiserver's handler resets the request: no
+            // text to hold against the denial the case expects.
+            Err(e) if matches!(plan.expect, Expectation::Rejected(_)) => {
+                return Ok(ClusterResult::Skip(format!("{RESET}: {e}")))
+            }
+            Err(e) => return Err(e),
+        };
+        let result = judge(plan, &baseline, &normalised, answer_now);
+        let settled = matches!(result, ClusterResult::Pass | ClusterResult::Skip(_));
+        if !expects_effect || settled || Instant::now() > deadline {
+            return Ok(result);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = send_request(&run.api, plan).await?;
+        answer = send_request(&run.api, plan).await;
     }
-    Ok(judge(plan, &baseline, defaulted.as_ref(), answer))
 }
 
-/// Holds the answer against the case's expectation.
-fn judge(plan: &Plan, baseline: &Json, defaulted: Option<&Json>, answer: Answer) -> ClusterResult {
-    // Compared under the case's own names: a policy may copy a namespace
-    // name into the object, and a denial names the policy and binding.
-    let answer = match answer {
+/// `answer` under the case's own names: a policy may copy a namespace
+/// name into the object, and a denial names the policy and binding.
+fn in_original_names(plan: &Plan, answer: &Answer) -> Answer {
+    match answer {
         Answer::Object { object, warnings } => Answer::Object {
-            object: plan.original_names_in(&object),
+            object: plan.original_names_in(object),
             warnings: warnings.iter().map(|w| plan.original_names(w)).collect(),
         },
         Answer::Refused { code, message } => Answer::Refused {
-            code,
-            message: plan.original_names(&message),
+            code: *code,
+            message: plan.original_names(message),
         },
-    };
+    }
+}
+
+/// Holds the answer against the case's expectation; `normalised` is the
+/// apiserver's answer to the expected object with no policy in force
+/// ([`compare`]).
+fn judge(plan: &Plan, baseline: &Json, normalised: &Answer, answer: Answer) -> ClusterResult {
+    let answer = in_original_names(plan, &answer);
+    let normalised = in_original_names(plan, normalised);
     match (&plan.expect, answer) {
         (Expectation::Object(expected), Answer::Object { object, warnings }) => {
-            let mut problems = compare::compare(
-                &plan.original_names_in(&plan.case_object),
+            let Answer::Object {
+                object: normalised, ..
+            } = normalised
+            else {
+                return ClusterResult::Fail(format!(
+                    "the apiserver refuses the case's expected object with no policy in force \
+                     ({}), but admitted the request with the policies: they did not make it; \
+                     it gave\n{}",
+                    refusal_text(&normalised),
+                    serde_json::to_string_pretty(&compare::comparable(&object)).unwrap_or_default()
+                ));
+            };
+            let verdict = compare::compare(
+                &plan.original_names_in(&plan.object),
                 &plan.original_names_in(expected),
                 &plan.original_names_in(baseline),
+                &normalised,
                 &object,
-                defaulted.map(|d| plan.original_names_in(d)).as_ref(),
             );
+            let mut problems = match verdict {
+                compare::Verdict::Pass => Vec::new(),
+                compare::Verdict::Fail(p) => p,
+                compare::Verdict::Unobservable => {
+                    return ClusterResult::Skip(UNOBSERVABLE.to_string())
+                }
+            };
             if let Some(want) = &plan.warnings {
                 for w in want {
                     if !warnings.iter().any(|got| got.contains(w.as_str())) {
@@ -575,10 +637,21 @@ fn judge(plan: &Plan, baseline: &Json, defaulted: Option<&Json>, answer: Answer)
             if problems.is_empty() {
                 ClusterResult::Pass
             } else {
-                ClusterResult::Fail(format!("object differs:\n  {}", problems.join("\n  ")))
+                ClusterResult::Fail(format!(
+                    "object differs from the apiserver's form of the expected object:\n  {}",
+                    problems.join("\n  ")
+                ))
             }
         }
         (Expectation::Object(_), Answer::Refused { code, message }) => {
+            if let Answer::Refused { message: alone, .. } = &normalised {
+                let answered = if *alone == message {
+                    String::new()
+                } else {
+                    format!(" (with the policies: {message})")
+                };
+                return ClusterResult::Skip(format!("{EXPECTED_REFUSED}: {alone}{answered}"));
+            }
             let hint = if message.contains("no params found") {
                 PARAMS_HINT
             } else {
@@ -602,6 +675,13 @@ fn judge(plan: &Plan, baseline: &Json, defaulted: Option<&Json>, answer: Answer)
             serde_json::to_string_pretty(&compare::without_volatile_metadata(&object))
                 .unwrap_or_default()
         )),
+    }
+}
+
+fn refusal_text(answer: &Answer) -> String {
+    match answer {
+        Answer::Refused { code, message } => format!("{code}: {message}"),
+        Answer::Object { .. } => "admitted".into(),
     }
 }
 

@@ -443,9 +443,9 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     let mut object = object;
     names.rename_namespace_of(&mut object);
     rename_object(&mut object);
-    let object_had_containers = has_containers(&object);
+    let as_written = object.clone();
     if request.sub_resource.is_empty() || request.sub_resource == "ephemeralcontainers" {
-        complete_minimal(&mut object, false, object_had_containers);
+        complete_minimal(&mut object, None);
     }
     let case_object = object.clone();
     let old_object = doc.get("oldObject").filter(|o| !o.is_null()).cloned();
@@ -454,8 +454,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         ("UPDATE", Some(mut old)) => {
             names.rename_namespace_of(&mut old);
             rename_object(&mut old);
-            let had = has_containers(&old);
-            complete_minimal(&mut old, false, had);
+            complete_minimal(&mut old, None);
             Some(stored_object(request, &collection, old)?)
         }
         _ => None,
@@ -669,7 +668,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
             names.rename_namespace_of(&mut o);
             rename_object(&mut o);
             if request.sub_resource.is_empty() || request.sub_resource == "ephemeralcontainers" {
-                complete_minimal(&mut o, true, object_had_containers);
+                complete_minimal(&mut o, Some(&as_written));
             }
             Expectation::Object(o)
         }
@@ -802,8 +801,14 @@ pub const FILLER_LABEL: &str = "kmutate.dev/conformance";
 /// matching template labels when the workload has no selector, a container
 /// when the pod spec has none, an image for each container without one.
 /// The runner completes the case's object and its expected object alike, so
-/// the change the case expects is unchanged.
-pub fn complete_minimal(object: &mut Json, expected: bool, object_had_containers: bool) {
+/// the change the case expects is unchanged: completing an expected object
+/// (`of` the case's object as written), a container gets an image only
+/// where the case's object has it without one, so a container a policy
+/// adds without an image stays without one (and validation refuses it as
+/// it refuses the answer).
+pub fn complete_minimal(object: &mut Json, of: Option<&Json>) {
+    let object_had_containers = has_containers(of.unwrap_or(object));
+    let expected = of.is_some();
     let api_version = object["apiVersion"]
         .as_str()
         .unwrap_or_default()
@@ -858,9 +863,18 @@ pub fn complete_minimal(object: &mut Json, expected: bool, object_had_containers
         }
     }
     for list in ["containers", "initContainers"] {
+        let imageless_in_object = |name: &Json| {
+            of.is_none_or(|o| {
+                pod_spec_of(o)[list].as_array().is_some_and(|items| {
+                    items
+                        .iter()
+                        .any(|i| i["name"] == *name && i["image"].is_null())
+                })
+            })
+        };
         if let Some(items) = pod_spec[list].as_array_mut() {
             for c in items {
-                if c.is_object() && c["image"].is_null() {
+                if c.is_object() && c["image"].is_null() && imageless_in_object(&c["name"]) {
                     c["image"] = Json::from(FILLER_IMAGE);
                 }
             }
@@ -868,12 +882,18 @@ pub fn complete_minimal(object: &mut Json, expected: bool, object_had_containers
     }
 }
 
-/// Whether the pod spec of a workload or Pod has a container.
-pub fn has_containers(object: &Json) -> bool {
-    let spec = if object["kind"] == "Pod" {
+/// The pod spec of a Pod or workload.
+fn pod_spec_of(object: &Json) -> &Json {
+    if object["kind"] == "Pod" {
         &object["spec"]
     } else {
         &object["spec"]["template"]["spec"]
-    };
-    spec["containers"].as_array().is_some_and(|c| !c.is_empty())
+    }
+}
+
+/// Whether the pod spec of a workload or Pod has a container.
+pub fn has_containers(object: &Json) -> bool {
+    pod_spec_of(object)["containers"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty())
 }
