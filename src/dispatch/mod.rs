@@ -745,6 +745,7 @@ impl PolicySet {
             quiet: BindingSet::default(),
             changed: false,
             touched: false,
+            config_errors: Vec::new(),
             errors: Vec::new(),
             observer,
             checks: ObjectChecks::default(),
@@ -790,11 +791,11 @@ impl PolicySet {
                         code: 500,
                     };
                 }
-                let errors = state.errors.len();
+                let errors = state.errors.len() + state.config_errors.len();
                 let dispatched = self.dispatch_binding(compiled, candidate, binding, ctx, state);
                 if state.reinvoke.is_none()
                     && compiled.policy.param_kind.is_none()
-                    && state.errors.len() == errors
+                    && state.errors.len() + state.config_errors.len() == errors
                     && !BindingMatch::reads_object(&compiled.policy, binding, &state.attrs)
                 {
                     state.quiet.insert(candidate);
@@ -807,6 +808,9 @@ impl PolicySet {
                     };
                 }
             }
+            let evaluation = std::mem::take(&mut state.errors);
+            state.errors = std::mem::take(&mut state.config_errors);
+            state.errors.extend(evaluation);
             for e in &state.errors {
                 observer.policy_error(&e.policy, &e.binding, e.failure_policy, &e.message);
             }
@@ -877,7 +881,7 @@ impl PolicySet {
             Ok(None) => return Ok(()),
             Err(e) => {
                 state
-                    .errors
+                    .config_errors
                     .push(error(format!("failed to configure policy: {e}")));
                 return Ok(());
             }
@@ -887,7 +891,7 @@ impl PolicySet {
             Some(Ok(None)) => return Ok(()),
             Some(Err(e)) => {
                 state
-                    .errors
+                    .config_errors
                     .push(error(format!("failed to configure binding: {e}")));
                 return Ok(());
             }
@@ -895,7 +899,7 @@ impl PolicySet {
         let params = match params::collect(policy, binding, &state.attrs, ctx) {
             Ok(p) => p,
             Err(e) => {
-                state.errors.push(error(e));
+                state.config_errors.push(error(e));
                 return Ok(());
             }
         };
@@ -1286,7 +1290,14 @@ struct AdmissionState<'o> {
     /// Whether the object may have changed in an earlier pass, or other than
     /// by a mutation (see [`Outcome::Admitted`]).
     touched: bool,
-    /// Errors of this pass.
+    /// Upstream matches every binding and collects its params before it
+    /// evaluates any invocation (`generic/policy_dispatcher.go` `Dispatch`):
+    /// the errors of configuration (a policy or binding that fails to match,
+    /// params that fail) come before those of evaluation, whatever the order
+    /// of the bindings.
+    config_errors: Vec<PolicyError>,
+    /// Errors of this pass's evaluations (and, once the pass is over, all
+    /// its errors in upstream's order).
     errors: Vec<PolicyError>,
     /// Told about mutations (metrics).
     observer: &'o dyn AdmissionObserver,
