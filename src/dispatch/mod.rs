@@ -1553,6 +1553,7 @@ fn apply_mutation(
             )
             .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
+            round_trip(object, schema, changed);
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it
@@ -1569,6 +1570,7 @@ fn apply_mutation(
                 }
                 let unknown = checks.strict_errors(schema, &ops, object);
                 if unknown.is_empty() {
+                    round_trip(object, schema, changed);
                     Ok(changed)
                 } else {
                     let fields: Vec<String> = unknown
@@ -1591,6 +1593,18 @@ fn apply_mutation(
             })),
             Err(e) => Err(StepError::Policy(format!("JSON Patch: {e}"))),
         },
+    }
+}
+
+/// Upstream decodes each mutation's result into the kind's Go type and
+/// encodes it again (see `schema::go_round_trip`). Only a mutation that
+/// changed the object is followed by it: an object that comes from
+/// kube-apiserver has been through the Go types already, and the snapshot
+/// of the original is taken before the first write. The mutation's own
+/// answer (changed or not) stands, so reinvocation follows what it did.
+fn round_trip(object: &mut Json, schema: &crate::schema::TypeRef, changed: bool) {
+    if changed {
+        crate::schema::go_round_trip(object, schema.name());
     }
 }
 

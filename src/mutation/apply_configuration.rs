@@ -97,15 +97,27 @@ pub fn apply_configuration_to(
     ty: &TypeRef,
 ) -> Result<Value, ApplyError> {
     let mut merged = live.clone();
-    apply_configuration_in_place(
+    merge_in_place(
         &mut merged,
         known,
         patch.clone(),
         PatchChecks::Unchecked,
         ty,
         None,
+        Nulls::Json,
     )?;
     Ok(merged)
+}
+
+/// What a `null` in an applied configuration is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nulls {
+    /// JSON's: the field is set to null (an unstructured configuration).
+    Json,
+    /// protobuf's `structpb.NullValue`, which cel-go makes of a CEL `null`:
+    /// SMD's conversion of the patch refuses it wherever a type is known
+    /// (`typed::validate_apply_patch`).
+    Cel,
 }
 
 /// [`apply_configuration_to`] on the object itself: `live` becomes the
@@ -119,13 +131,36 @@ pub fn apply_configuration_to(
 /// neither copied nor compared, which is what makes a small patch on a large
 /// object cheap. The patch is taken rather than copied: it is completed
 /// with the object's `apiVersion` and `kind` before it is checked.
+///
+/// The configuration is a mutation's, evaluated by CEL: its nulls are
+/// protobuf's (see [`Nulls::Cel`]).
 pub fn apply_configuration_in_place(
+    live: &mut Value,
+    known: LiveObject,
+    patch: Value,
+    known_patch: PatchChecks,
+    ty: &TypeRef,
+    before_write: Option<&mut dyn FnMut(&Value)>,
+) -> Result<bool, ApplyError> {
+    merge_in_place(
+        live,
+        known,
+        patch,
+        known_patch,
+        ty,
+        before_write,
+        Nulls::Cel,
+    )
+}
+
+fn merge_in_place(
     live: &mut Value,
     known: LiveObject,
     mut patch: Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
     before_write: Option<&mut dyn FnMut(&Value)>,
+    nulls: Nulls,
 ) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
     // Checks passed before (`known_patch`) had strings, or nothing, in the
@@ -146,7 +181,10 @@ pub fn apply_configuration_in_place(
     }
 
     if known_patch == PatchChecks::Unchecked || !taken_are_strings {
-        let (errs, met_atomic) = typed::validate_noting_atomics(schema, &ty.spec, &patch, false);
+        let (errs, met_atomic) = match nulls {
+            Nulls::Json => typed::validate_noting_atomics(schema, &ty.spec, &patch, false),
+            Nulls::Cel => typed::validate_apply_patch(schema, &ty.spec, &patch),
+        };
         if !errs.is_empty() {
             return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
         }
@@ -1830,6 +1868,54 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    // cel-go converts a CEL null to structpb.NullValue, which SMD's typed
+    // conversion of the patch refuses (maporacle's words); JSON's null is
+    // accepted by the plain apply.
+    #[test]
+    fn cel_nulls_are_refused_by_the_patch_conversion() {
+        let ty = kind("", "v1", "ConfigMap");
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}});
+        for (patch, message) in [
+            (
+                json!({"data": {"a": null}}),
+                ".data.a: expected string, got &value.valueUnstructured{Value:0}",
+            ),
+            (
+                json!({"data": null}),
+                ".data: expected map, got &{NULL_VALUE}",
+            ),
+            (
+                json!({"immutable": null}),
+                ".immutable: expected boolean, got &{NULL_VALUE}",
+            ),
+            (
+                json!({"metadata": {"finalizers": null}}),
+                ".metadata.finalizers: expected list, got &{NULL_VALUE}",
+            ),
+            (
+                json!({"metadata": {"generation": null}}),
+                ".metadata.generation: expected numeric (int or float), got structpb.NullValue",
+            ),
+        ] {
+            let mut object = live.clone();
+            let err = apply_configuration_in_place(
+                &mut object,
+                LiveObject::Unchecked,
+                patch.clone(),
+                PatchChecks::Unchecked,
+                &ty,
+                None,
+            )
+            .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("failed to convert patch object to typed object: {message}")
+            );
+            assert_eq!(object, live);
+            assert!(apply_configuration(&live, &patch, &ty).is_ok(), "{patch}");
+        }
     }
 
     // SMD merge.go doMap: a null applied to a non-empty granular map keeps

@@ -111,7 +111,7 @@ fn type_meta_error(object: &Value) -> Option<GoDecodeError> {
 
 /// What a Go type decodes (see tools/gen_go_types.py).
 #[derive(Debug)]
-enum Kind {
+pub(super) enum Kind {
     String,
     Int32,
     Int64,
@@ -133,8 +133,8 @@ enum Kind {
 }
 
 #[derive(Debug)]
-struct GoType {
-    kind: Kind,
+pub(super) struct GoType {
+    pub(super) kind: Kind,
     /// The Go name when it is not the kind's own (`v1.Protocol`).
     name: Option<String>,
 }
@@ -142,17 +142,17 @@ struct GoType {
 /// A struct: its name in messages and its fields by JSON name, each with its
 /// type and the embedded structs it is reached through.
 #[derive(Debug)]
-struct StructDef {
+pub(super) struct StructDef {
     struct_name: String,
     go_name: String,
-    fields: HashMap<String, (GoType, Option<String>), FastHash>,
+    pub(super) fields: HashMap<String, (GoType, Option<String>), FastHash>,
 }
 
 #[derive(Debug, Default)]
-struct Table {
+pub(super) struct Table {
     /// Places in `defs` by OpenAPI definition name.
-    index: HashMap<String, usize, FastHash>,
-    defs: Vec<StructDef>,
+    pub(super) index: HashMap<String, usize, FastHash>,
+    pub(super) defs: Vec<StructDef>,
 }
 
 impl Table {
@@ -162,7 +162,7 @@ impl Table {
 }
 
 /// Go types of the built-in kinds, parsed once.
-fn table() -> &'static Table {
+pub(super) fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| parse_table(include_str!("go_types.json")).unwrap_or_default())
 }

@@ -10,6 +10,7 @@
 mod builtin;
 mod crd;
 mod go_decode;
+mod go_round_trip;
 
 pub(crate) mod model;
 pub mod subtree;
@@ -23,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 
 pub use go_decode::{go_convert_error, go_decode_error, GoDecodeError};
+pub use go_round_trip::go_round_trip;
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
 

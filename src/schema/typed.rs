@@ -480,18 +480,61 @@ pub(crate) fn validate_noting_atomics(
     v: &Value,
     allow_duplicates: bool,
 ) -> (Vec<ValidationError>, bool) {
+    validate_with(schema, spec, v, allow_duplicates, false)
+}
+
+/// [`validate_noting_atomics`] of an ApplyConfiguration's patch, whose
+/// nulls are not JSON's: cel-go converts a CEL `null` to protobuf's
+/// `structpb.NullValue` (an enum, 0), which SMD finds to be no map, list
+/// or scalar of any type (see [`null_value_error`]).
+pub(crate) fn validate_apply_patch(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    v: &Value,
+) -> (Vec<ValidationError>, bool) {
+    validate_with(schema, spec, v, false, true)
+}
+
+fn validate_with(
+    schema: &SchemaData,
+    spec: &TypeSpec,
+    v: &Value,
+    allow_duplicates: bool,
+    null_is_null_value: bool,
+) -> (Vec<ValidationError>, bool) {
     let validator = Validator {
         schema,
         allow_duplicates,
+        null_is_null_value,
         met_atomic: Cell::new(false),
     };
     let errs = validator.validate(spec, v, 0);
     (errs, validator.met_atomic.get())
 }
 
+/// SMD's error for a `structpb.NullValue` where `expected` (a map, a list
+/// or a scalar) is: Go's `%v` of it is `&{NULL_VALUE}`, its `%#v` in a
+/// value `&value.valueUnstructured{Value:0}`, its `%T` `structpb.NullValue`,
+/// as each message formats its value (maporacle's answers).
+fn null_value_error(expected: Option<Scalar>, container: &str) -> ValidationError {
+    error(match expected {
+        Some(Scalar::String) => {
+            "expected string, got &value.valueUnstructured{Value:0}".to_string()
+        }
+        Some(Scalar::Numeric) => {
+            "expected numeric (int or float), got structpb.NullValue".to_string()
+        }
+        Some(Scalar::Boolean) => "expected boolean, got &{NULL_VALUE}".to_string(),
+        Some(Scalar::Untyped) => "expected any scalar, got &{NULL_VALUE}".to_string(),
+        None => format!("expected {container}, got &{{NULL_VALUE}}"),
+    })
+}
+
 struct Validator<'a> {
     schema: &'a SchemaData,
     allow_duplicates: bool,
+    /// A null is `structpb.NullValue` (an ApplyConfiguration's patch).
+    null_is_null_value: bool,
     met_atomic: Cell<bool>,
 }
 
@@ -506,7 +549,12 @@ impl Validator<'_> {
                 scalar: Some(t),
                 list: None,
                 map: None,
-            }) if depth <= MAX_DEPTH => errors_of(validate_scalar(*t, Some(v), "")),
+            }) if depth <= MAX_DEPTH => {
+                if self.null_is_null_value && v.is_null() {
+                    return vec![null_value_error(Some(*t), "")];
+                }
+                errors_of(validate_scalar(*t, Some(v), ""))
+            }
             _ => self.validate(spec, v, depth),
         }
     }
@@ -522,6 +570,18 @@ impl Validator<'_> {
             ))];
         };
         let atom: Resolved = atom.deduce(Some(v));
+        if self.null_is_null_value && v.is_null() {
+            // SMD tries the map, then the scalar, then the list.
+            let expected = if atom.map.is_some() {
+                None
+            } else {
+                atom.scalar
+            };
+            let container = if atom.map.is_some() { "map" } else { "list" };
+            if atom.map.is_some() || atom.scalar.is_some() || atom.list.is_some() {
+                return vec![null_value_error(expected, container)];
+            }
+        }
         if let Some(map) = &atom.map {
             let m = match v {
                 Value::Null => return Vec::new(),

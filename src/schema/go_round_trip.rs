@@ -1,0 +1,288 @@
+//! What a built-in kind's Go types make of a mutation's result.
+//!
+//! Upstream decodes every mutation's result into the kind's Go type and
+//! encodes it again (k8s.io/apiserver `mutating/dispatcher.go` converts the
+//! patched object into the request's typed object; `patch/json_patch.go`
+//! decodes the patched JSON, `patch/smd.go` converts the merged object from
+//! unstructured). What encoding/json does on the way shows in the object:
+//! - a field tagged `omitempty` that is not a pointer loses a zero value
+//!   (`minReadySeconds: 0`, `paused: false`, an env var's `value: ""`);
+//! - a null becomes the zero value of what it is decoded into: kept in a
+//!   map or list of scalars (`data: {"k": null}` is `data: {"k": ""}`) and
+//!   in a field without `omitempty` that is not a pointer (a container's
+//!   `name: null` is `name: ""`); a null item of a list of structs is the
+//!   zero struct, with those fields.
+//!
+//! The OpenAPI documents carry neither the tags nor the pointers:
+//! `go_zero_fields.json` is upstream's own answer (tools/probe_go_omitempty.py
+//! runs every built-in kind with zero and null fields through maporacle),
+//! with the kinds that go through the round trip at all (maporacle keeps
+//! CustomResourceDefinition and APIService unstructured). Custom kinds are
+//! unstructured upstream: they are left as they are.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use super::go_decode::{table, GoType, Kind, StructDef, Table};
+use super::model::FastHash;
+use super::typed::MAX_DEPTH;
+
+/// Per struct (by its place in the Go types table), the fields that lose a
+/// zero value and those where null becomes a kept zero value.
+#[derive(Debug, Default)]
+struct ZeroFields {
+    omit: HashSet<String, FastHash>,
+    zero: HashSet<String, FastHash>,
+}
+
+#[derive(Debug, Default)]
+struct Rules {
+    /// The kinds whose objects go through the round trip.
+    roots: HashSet<usize, FastHash>,
+    fields: Vec<ZeroFields>,
+}
+
+fn rules() -> &'static Rules {
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    RULES.get_or_init(|| parse_rules(include_str!("go_zero_fields.json"), table()))
+}
+
+fn parse_rules(text: &str, table: &Table) -> Rules {
+    let doc: Value = serde_json::from_str(text).unwrap_or_default();
+    let names = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut rules = Rules {
+        roots: names(doc.get("roots"))
+            .iter()
+            .filter_map(|name| table.index.get(name).copied())
+            .collect(),
+        fields: (0..table.defs.len())
+            .map(|_| ZeroFields::default())
+            .collect(),
+    };
+    if let Some(types) = doc.get("types").and_then(Value::as_object) {
+        for (name, def) in types {
+            let Some(slot) = table.index.get(name).and_then(|&i| rules.fields.get_mut(i)) else {
+                continue;
+            };
+            slot.omit = names(def.get("omit")).into_iter().collect();
+            slot.zero = names(def.get("zero")).into_iter().collect();
+        }
+    }
+    rules
+}
+
+/// Rewrites `object`, a mutation's result of the type named `type_name`, as
+/// the kind's Go types encode it again; whether anything changed. Kinds
+/// without a round trip are left alone.
+pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
+    let table = table();
+    let rules = rules();
+    let Some(&root) = type_name.and_then(|name| table.index.get(name)) else {
+        return false;
+    };
+    if !rules.roots.contains(&root) {
+        return false;
+    }
+    let walk = Walk { table, rules };
+    walk.structure(root, object, 0)
+}
+
+struct Walk<'a> {
+    table: &'a Table,
+    rules: &'a Rules,
+}
+
+impl Walk<'_> {
+    fn structure(&self, def: usize, v: &mut Value, depth: usize) -> bool {
+        let (Some(sdef), Some(zero), Value::Object(m)) =
+            (self.table.defs.get(def), self.rules.fields.get(def), v)
+        else {
+            return false;
+        };
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        let mut changed = false;
+        m.retain(|key, child| {
+            let Some((ty, _)) = sdef.fields.get(key.as_str()) else {
+                return true;
+            };
+            if zero.zero.contains(key.as_str()) && child.is_null() {
+                if let Some(z) = zero_scalar(&ty.kind) {
+                    *child = z;
+                    changed = true;
+                }
+                return true;
+            }
+            // A scalar that is null or zero in an `omitempty` field is left out.
+            if zero.omit.contains(key.as_str()) && (child.is_null() || is_zero(child)) {
+                changed = true;
+                return false;
+            }
+            changed |= self.value(ty, child, depth + 1);
+            true
+        });
+        changed
+    }
+
+    fn value(&self, ty: &GoType, v: &mut Value, depth: usize) -> bool {
+        match (&ty.kind, v) {
+            (Kind::Struct(def), v @ Value::Object(_)) => self.structure(*def, v, depth),
+            (Kind::List(elem), Value::Array(items)) => {
+                let mut changed = false;
+                for item in items {
+                    changed |= self.element(elem, item, depth + 1);
+                }
+                changed
+            }
+            (Kind::Map(elem), Value::Object(m)) => {
+                let mut changed = false;
+                for child in m.values_mut() {
+                    changed |= self.element(elem, child, depth + 1);
+                }
+                changed
+            }
+            _ => false,
+        }
+    }
+
+    /// An item of a list or a value of a map: a null is its type's zero.
+    fn element(&self, ty: &GoType, v: &mut Value, depth: usize) -> bool {
+        if !v.is_null() {
+            return self.value(ty, v, depth);
+        }
+        let zero = match &ty.kind {
+            Kind::Struct(def) => self.zero_struct(*def),
+            kind => zero_scalar(kind),
+        };
+        match zero {
+            Some(z) => {
+                *v = z;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The zero value of a struct as encoding/json writes it: the scalar
+    /// fields without `omitempty` that are not pointers.
+    fn zero_struct(&self, def: usize) -> Option<Value> {
+        let sdef: &StructDef = self.table.defs.get(def)?;
+        let zero = self.rules.fields.get(def)?;
+        let mut m = Map::new();
+        for field in &zero.zero {
+            if let Some(z) = sdef
+                .fields
+                .get(field)
+                .and_then(|(ty, _)| zero_scalar(&ty.kind))
+            {
+                m.insert(field.clone(), z);
+            }
+        }
+        Some(Value::Object(m))
+    }
+}
+
+/// The JSON of a Go scalar's zero value; `None` for other types.
+fn zero_scalar(kind: &Kind) -> Option<Value> {
+    match kind {
+        Kind::String => Some(Value::String(String::new())),
+        Kind::Int32 | Kind::Int64 | Kind::Float64 => Some(Value::from(0)),
+        Kind::Bool => Some(Value::Bool(false)),
+        _ => None,
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.is_empty(),
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(mut object: Value, ty: &str) -> (Value, bool) {
+        let changed = go_round_trip(&mut object, Some(ty));
+        (object, changed)
+    }
+
+    #[test]
+    fn omitempty_scalars_lose_zero_values() {
+        let (object, changed) = round_trip(
+            json!({"spec": {"minReadySeconds": 0, "paused": false, "replicas": 0,
+                   "template": {"spec": {"containers": [{"name": "a", "image": "", "env": [{"name": "A", "value": ""}]}]}}}}),
+            "io.k8s.api.apps.v1.Deployment",
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({"spec": {"replicas": 0,
+                   "template": {"spec": {"containers": [{"name": "a", "env": [{"name": "A"}]}]}}}})
+        );
+    }
+
+    #[test]
+    fn nulls_become_zero_values_where_go_keeps_them() {
+        let (object, changed) = round_trip(
+            json!({"metadata": {"labels": {"a": null}, "finalizers": [null], "generateName": null},
+                   "data": {"k": null, "v": "x"}}),
+            "io.k8s.api.core.v1.ConfigMap",
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({"metadata": {"labels": {"a": ""}, "finalizers": [""]}, "data": {"k": "", "v": "x"}})
+        );
+        let (object, _) = round_trip(
+            json!({"spec": {"containers": [{"name": null}, null]}}),
+            "io.k8s.api.core.v1.Pod",
+        );
+        assert_eq!(
+            object,
+            json!({"spec": {"containers": [{"name": ""}, {"name": ""}]}})
+        );
+    }
+
+    #[test]
+    fn kinds_without_a_round_trip_are_left_alone() {
+        let object = json!({"spec": {"group": "", "names": {"plural": ""}}, "x": null});
+        for ty in [
+            "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+            "example.com.v1.Widget",
+        ] {
+            assert_eq!(round_trip(object.clone(), ty), (object.clone(), false));
+        }
+        let unchanged = json!({"data": {"k": "v"}, "metadata": {"name": "a"}});
+        assert_eq!(
+            round_trip(unchanged.clone(), "io.k8s.api.core.v1.ConfigMap"),
+            (unchanged, false)
+        );
+    }
+
+    #[test]
+    fn the_rules_parse_and_name_known_kinds() {
+        let rules = rules();
+        assert!(rules.roots.len() > 50);
+        let table = table();
+        let spec = table.index["io.k8s.api.apps.v1.DeploymentSpec"];
+        assert!(rules.fields[spec].omit.contains("minReadySeconds"));
+        assert!(!rules.fields[spec].omit.contains("replicas"));
+    }
+}
