@@ -17,7 +17,6 @@ use crate::request::{
     labels_of, AdmissionRequest, ClusterObjects, GroupVersionKind, GroupVersionResource,
 };
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 /// The label every Namespace carries with its own name (set by defaulting).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -234,24 +233,6 @@ pub fn reads_object(constraints: &MatchResources, req: &AdmissionRequest) -> boo
         || (req.resource.resource == "namespaces" && !constraints.namespace_selector.is_empty())
 }
 
-/// The labels an object has when the API server sees it: a named core/v1
-/// Namespace also carries `kubernetes.io/metadata.name` (defaulting).
-fn effective_labels(obj: &Value) -> BTreeMap<String, String> {
-    let mut labels = labels_of(obj);
-    let is_namespace = obj.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && obj.get("kind").and_then(Value::as_str) == Some("Namespace");
-    if is_namespace {
-        if let Some(name) = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            labels.insert(NAMESPACE_NAME_LABEL.to_string(), name.to_string());
-        }
-    }
-    labels
-}
-
 /// Upstream `namespace.Matcher.MatchNamespaceSelector`.
 fn match_namespace_selector(
     selector: &LabelSelector,
@@ -273,12 +254,18 @@ fn match_namespace_selector(
     {
         // The Namespace being written: its own (new) labels.
         match req.object.as_ref().filter(|o| o.is_object()) {
-            Some(obj) => effective_labels(obj),
+            // The labels it carries: its own `kubernetes.io/metadata.name`
+            // label is the apiserver's defaulting (`SetDefaults_Namespace`,
+            // before admission), not the matcher's, so a Namespace given
+            // without it is matched without it, as upstream's plugin does
+            // (maporacle). Namespaces read from the cluster carry it
+            // ([`namespace_object`]).
+            Some(obj) => labels_of(obj),
             None => return Err(MatchError::MissingNamespaceObject),
         }
     } else {
         match namespace_object(cluster, &req.namespace) {
-            Some(ns) => effective_labels(&ns),
+            Some(ns) => labels_of(&ns),
             None => return Err(MatchError::NamespaceNotFound(req.namespace.clone())),
         }
     };
@@ -308,7 +295,7 @@ fn match_object_selector(
     let selects = |o: &Option<Value>| {
         o.as_ref()
             .filter(|o| has_object_meta(o))
-            .is_some_and(|o| selector.matches(&effective_labels(o)))
+            .is_some_and(|o| selector.matches(&labels_of(o)))
     };
     Ok(selects(&req.object) || selects(&req.old_object))
 }
