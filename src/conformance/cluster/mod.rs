@@ -20,6 +20,7 @@
 
 pub mod apiserver;
 pub mod compare;
+pub mod kmutate_dev;
 pub mod plan;
 
 use self::apiserver::{Answer, Apiserver, Collection};
@@ -120,11 +121,6 @@ pub enum ClusterError {
     /// Writing the report.
     #[error("writing the report: {0}")]
     Io(#[from] std::io::Error),
-    /// The implementation is not available.
-    #[error(
-        "--implementation kmutate.dev is not available yet: run with --implementation builtin"
-    )]
-    Unsupported,
 }
 
 /// Totals of a run.
@@ -186,7 +182,7 @@ impl Created {
 /// The order of deletion: bindings, policies, objects, namespaces, CRDs.
 fn deletion_rank(c: &Collection) -> u8 {
     match c.resource.as_str() {
-        "mutatingadmissionpolicybindings" => 0,
+        "mutatingwebhookconfigurations" | "mutatingadmissionpolicybindings" => 0,
         "mutatingadmissionpolicies" => 1,
         "namespaces" => 3,
         "customresourcedefinitions" => 4,
@@ -197,6 +193,7 @@ fn deletion_rank(c: &Collection) -> u8 {
 /// Shared by the cases of a run.
 struct Run {
     api: Apiserver,
+    implementation: Implementation,
     tag: String,
     control_namespace: String,
     created: Created,
@@ -254,7 +251,20 @@ impl Run {
         let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
             "spec": {"policyName": name}});
-        let (policies, bindings) = policy_collections();
+        let (policies, bindings) = match self.implementation {
+            Implementation::Builtin => policy_collections(),
+            Implementation::KmutateDev => (
+                kmutate_dev::collection("mutatingadmissionpolicies"),
+                kmutate_dev::collection("mutatingadmissionpolicybindings"),
+            ),
+        };
+        let api_version = match self.implementation {
+            Implementation::Builtin => "admissionregistration.k8s.io/v1",
+            Implementation::KmutateDev => kmutate_dev::API_VERSION,
+        };
+        let (mut policy, mut binding) = (policy, binding);
+        policy["apiVersion"] = Json::from(api_version);
+        binding["apiVersion"] = Json::from(api_version);
         for (c, o) in [(&policies, &policy), (&bindings, &binding)] {
             self.create_recorded(c, &name, o)
                 .await
@@ -748,8 +758,13 @@ fn crd_collection() -> Collection {
 }
 
 /// Creates (or replaces) the phase's CRDs and waits until each is
-/// established.
-async fn install_crds(run: &Run, crds: &BTreeMap<String, Json>) -> Result<(), ClusterError> {
+/// established; those it creates are deleted at the end of the run unless
+/// `keep`.
+async fn install_crds(
+    run: &Run,
+    crds: &BTreeMap<String, Json>,
+    keep: bool,
+) -> Result<(), ClusterError> {
     let collection = crd_collection();
     for (name, crd) in crds {
         let mut crd = crd.clone();
@@ -762,6 +777,7 @@ async fn install_crds(run: &Run, crds: &BTreeMap<String, Json>) -> Result<(), Cl
             .await
             .map_err(ClusterError::Cluster)?;
         match answer {
+            Answer::Object { .. } if keep => {}
             Answer::Object { .. } => run.created.add(&collection, name),
             Answer::Refused { code: 409, .. } => {
                 let current = run
@@ -825,6 +841,11 @@ fn run_tag() -> String {
 }
 
 async fn client(options: &ClusterOptions) -> Result<kube::Client, ClusterError> {
+    let config = kube_config(options).await?;
+    kube::Client::try_from(config).map_err(|e| ClusterError::Kubeconfig(e.to_string()))
+}
+
+async fn kube_config(options: &ClusterOptions) -> Result<kube::Config, ClusterError> {
     let kube_options = kube::config::KubeConfigOptions {
         context: options.context.clone(),
         ..Default::default()
@@ -841,7 +862,7 @@ async fn client(options: &ClusterOptions) -> Result<kube::Client, ClusterError> 
             .await
             .map_err(|e| ClusterError::Kubeconfig(e.to_string()))?,
     };
-    kube::Client::try_from(config).map_err(|e| ClusterError::Kubeconfig(e.to_string()))
+    Ok(config)
 }
 
 /// One line of the report.
@@ -886,9 +907,6 @@ pub fn run_cluster(
     options: &ClusterOptions,
     out: &mut (dyn Write + Send),
 ) -> Result<ClusterSummary, ClusterError> {
-    if options.implementation == Implementation::KmutateDev {
-        return Err(ClusterError::Unsupported);
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -924,7 +942,12 @@ async fn run_cluster_async(
                 summary.failed += 1;
             }
             Ok(case) => match plan::plan(&case, index, &tag) {
-                Planned::Run(p) => plans.push(*p),
+                Planned::Run(mut p) => {
+                    if options.implementation == Implementation::KmutateDev {
+                        kmutate_dev::as_kmutate_dev(&mut p);
+                    }
+                    plans.push(*p)
+                }
                 Planned::Skip(why) => {
                     reporter.case(&case.name, &ClusterResult::Skip(why.clone()));
                     *summary.skipped.entry(skip_name(&why)).or_default() += 1;
@@ -942,6 +965,7 @@ async fn run_cluster_async(
     };
     let run = Run {
         api: Apiserver::new(client),
+        implementation: options.implementation,
         control_namespace: format!("kmc-{tag}"),
         tag,
         created: Created::default(),
@@ -951,13 +975,21 @@ async fn run_cluster_async(
             probing: tokio::sync::Mutex::new(()),
         },
     };
-    let work = run_phases(
-        &run,
-        phases(plans),
-        options.jobs.max(1),
-        &reporter,
-        &mut summary,
-    );
+    let tls_dir = std::env::temp_dir().join(format!("kmutate-conformance-{}", run.tag));
+    let mut webhook = None;
+    let work = async {
+        if options.implementation == Implementation::KmutateDev {
+            webhook = Some(install_kmutate_dev(&run, options, &tls_dir).await?);
+        }
+        run_phases(
+            &run,
+            phases(plans),
+            options.jobs.max(1),
+            &reporter,
+            &mut summary,
+        )
+        .await
+    };
     let outcome = tokio::select! {
         r = work => r,
         _ = tokio::signal::ctrl_c() => {
@@ -972,6 +1004,10 @@ async fn run_cluster_async(
     for e in &leftovers {
         reporter.line(&format!("warning: cleanup: {e}"));
     }
+    if let Some(server) = webhook {
+        server.shutdown().await;
+    }
+    let _ = std::fs::remove_dir_all(&tls_dir);
     outcome?;
     for (reason, n) in &summary.skipped {
         reporter.line(&format!("skipped {n}: {reason}"));
@@ -985,6 +1021,28 @@ async fn run_cluster_async(
         eprintln!("finished in {:.1} s", started.elapsed().as_secs_f64());
     }
     Ok(summary)
+}
+
+/// Installs kmutate's CRDs where the cluster lacks them, starts kmutate's
+/// webhook and registers it ([`kmutate_dev`]).
+async fn install_kmutate_dev(
+    run: &Run,
+    options: &ClusterOptions,
+    tls_dir: &std::path::Path,
+) -> Result<crate::webhook::Server, ClusterError> {
+    let crds = kmutate_dev::crds().map_err(ClusterError::Cluster)?;
+    // They stay: a run after this one may find them still being deleted.
+    install_crds(run, &crds, true).await?;
+    let server = kmutate_dev::start_webhook(kube_config(options).await?, tls_dir)
+        .await
+        .map_err(ClusterError::Cluster)?;
+    let name = format!("kmc-{}-kmutate", run.tag);
+    let registration =
+        kmutate_dev::webhook_configuration(&name, &server).map_err(ClusterError::Cluster)?;
+    run.create_recorded(&kmutate_dev::webhook_collection(), &name, &registration)
+        .await
+        .map_err(|e| ClusterError::Cluster(format!("registering kmutate's webhook: {e}")))?;
+    Ok(server)
 }
 
 async fn run_phases(
@@ -1011,7 +1069,7 @@ async fn run_phases(
         ClusterResult::Skip(why) => *summary.skipped.entry(skip_name(why)).or_default() += 1,
     };
     for phase in phases {
-        install_crds(run, &phase.crds).await?;
+        install_crds(run, &phase.crds, false).await?;
         let (exclusive, shared): (Vec<Plan>, Vec<Plan>) =
             phase.plans.into_iter().partition(|p| p.exclusive);
         let mut results = futures::stream::iter(shared.iter().map(|plan| async move {
