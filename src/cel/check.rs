@@ -26,6 +26,7 @@
 //! Errors are reported in upstream's format, with the position of the
 //! offending node and the line of source under it, sorted by position.
 
+mod format;
 mod types;
 
 use super::library::regex::go_regex_error;
@@ -412,6 +413,9 @@ impl Checker<'_> {
                     }
                 }
                 self.check_call(e, here);
+                if let (true, Some(t)) = (format, &call.target) {
+                    self.check_format_call(here, t, &call.args);
+                }
                 self.check_regex_literal(call, here);
                 self.check_conversion_literal(call, here);
             }

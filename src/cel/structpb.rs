@@ -178,7 +178,7 @@ fn go_type_name(cel_name: &str) -> &str {
 
 /// A duration as cel-go's `string()` writes it: seconds as a double in the
 /// shortest decimal form, then `s` (`90.5s`, `0.000000001s`).
-fn duration_string(d: &chrono::Duration) -> String {
+pub(crate) fn duration_string(d: &chrono::Duration) -> String {
     // As Go's `Duration.Seconds`: whole seconds plus the nanoseconds, each
     // as a double, so large durations round as they do there.
     let secs = d.num_seconds() as f64 + f64::from(d.subsec_nanos()) / 1e9;
@@ -187,7 +187,7 @@ fn duration_string(d: &chrono::Duration) -> String {
 
 /// A timestamp as Go's `time.RFC3339Nano` writes it, in its own offset:
 /// a trimmed fraction, and `Z` only for UTC.
-fn timestamp_string(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
+pub(crate) fn timestamp_string(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
     let nanos = t.timestamp_subsec_nanos() % 1_000_000_000;
     let mut out = t.format("%Y-%m-%dT%H:%M:%S").to_string();
     if nanos != 0 {

@@ -12,6 +12,7 @@ pub mod quantity;
 pub mod regex;
 pub mod semver;
 pub mod sets;
+pub mod string_format;
 pub mod strings;
 pub mod urls;
 
@@ -27,6 +28,7 @@ use std::collections::HashMap;
 pub fn register_before_extensions(env: &mut Env) -> Result<(), DeclarationError> {
     optional_lists::register_range(env)?;
     strings::register_join(env)?;
+    string_format::register(env)?;
     strings::register_index_of(env)
 }
 
