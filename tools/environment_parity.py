@@ -344,6 +344,7 @@ PROBES = {
     ("transformmapentry-duplicate-key", "{'a': 'x', 'b': 'x'}.transformMapEntry(k, v, {v: k})"),
     ("transformmapentry-two-entries", "{'a': 1}.transformMapEntry(k, v, {k: v, 'z': v})"),
     ("same-var-names", "[1].all(x, x, x > 0)"),
+    ("same-var-names-transformmap", "{'a': 1}.transformMap(k, k, 1)"),
     ("transformlist-single-var", "[1, 2].transformList(v, v * 2)"),
     ("all-non-bool", "[1, 2].all(i, v, v)"),
     ("transformlist-empty", "[[].transformList(i, v, v)]", {"note": "wrapped in a one-element list so the empty value survives the runner dropping empty values"}),

@@ -1138,6 +1138,17 @@ pub(super) fn render_issue(source: &str, offset: u32, message: &str) -> String {
     )
 }
 
+/// One error at `offset` of `source`, displayed as upstream displays it.
+pub(crate) fn error_at(source: &str, offset: u32, message: &str) -> String {
+    display(
+        source,
+        &Issue {
+            offset,
+            message: message.to_string(),
+        },
+    )
+}
+
 /// `ERROR: <input>:line:column: message`, then the line and a caret under
 /// the column, as cel-go's `common.Error.ToDisplayString` (columns count
 /// characters; a wide character is marked with wide dots).

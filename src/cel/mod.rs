@@ -291,9 +291,12 @@ impl CelEnvironment {
                     ..Default::default()
                 })?;
         let mut next_id = max_id(&ast) + 1;
-        rewrite::rewrite(&mut ast, &mut next_id).map_err(|m| CompileError {
-            message: format!("ERROR: <input>:1:1: {m}"),
-            ..Default::default()
+        rewrite::rewrite(&mut ast, &mut next_id).map_err(|e| {
+            let at = e.at.and_then(|id| source_info.offset_for(id));
+            CompileError {
+                message: check::error_at(source, at.map_or(0, |(start, _)| start), &e.message),
+                ..Default::default()
+            }
         })?;
         let checked = check::check(&self.env, &ast, &source_info, patch_types, variables)?;
         let mut identifiers = Vec::new();

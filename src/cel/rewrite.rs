@@ -24,8 +24,21 @@ pub const MAP_MERGE_FN: &str = "@kmutate_map_merge";
 
 const RESULT: &str = "@result";
 
+/// Why an expression cannot be rewritten, and at which node when known.
+#[derive(Debug)]
+pub struct RewriteError {
+    pub at: Option<u64>,
+    pub message: String,
+}
+
+impl From<String> for RewriteError {
+    fn from(message: String) -> Self {
+        RewriteError { at: None, message }
+    }
+}
+
 /// Applies every rewrite to `expr` in place. `next_id` supplies ids for new nodes.
-pub fn rewrite(expr: &mut IdedExpr, next_id: &mut u64) -> Result<(), String> {
+pub fn rewrite(expr: &mut IdedExpr, next_id: &mut u64) -> Result<(), RewriteError> {
     // Children first, so nested comprehensions are already rewritten.
     let mut children = Ok(());
     for_each_child_mut(expr, &mut |c| {
@@ -164,7 +177,10 @@ fn int_lit(next_id: &mut u64, i: i64) -> IdedExpr {
 }
 
 /// Rewrites `range.f(k, v, ...)` for the two-variable forms; `None` for any other call.
-fn two_var_comprehension(call: &mut CallExpr, next_id: &mut u64) -> Result<Option<Expr>, String> {
+fn two_var_comprehension(
+    call: &mut CallExpr,
+    next_id: &mut u64,
+) -> Result<Option<Expr>, RewriteError> {
     let name = call.func_name.as_str();
     let arity_ok = match name {
         "all" | "exists" | "existsOne" | "exists_one" => call.args.len() == 3,
@@ -177,16 +193,18 @@ fn two_var_comprehension(call: &mut CallExpr, next_id: &mut u64) -> Result<Optio
         return Ok(None);
     }
     let (Expr::Ident(k), Expr::Ident(v)) = (&call.args[0].expr, &call.args[1].expr) else {
-        return Err(format!(
-            "{name}() variable names must be simple identifiers"
-        ));
+        return Err(format!("{name}() variable names must be simple identifiers").into());
     };
     let (k, v) = (k.clone(), v.clone());
     if k == v {
-        return Err(format!("{name}() duplicate variable name: {k}"));
+        // cel-go's words, at the second variable.
+        return Err(RewriteError {
+            at: Some(call.args[1].id),
+            message: format!("duplicate variable name: {k}"),
+        });
     }
     if k == RESULT || v == RESULT {
-        return Err(format!("{name}() variable name cannot be {RESULT}"));
+        return Err(format!("{name}() variable name cannot be {RESULT}").into());
     }
     let iter_var = format!("@kv{}", bump(next_id));
     let mut rest: Vec<IdedExpr> = call.args.drain(2..).collect();
