@@ -310,6 +310,7 @@ impl CelEnvironment {
         };
         // After metering, which charges `!x` as written.
         rewrite::negations_as_comparisons(&mut ast, &checked.bool_negations, &mut next_id);
+        rewrite::conversions_to_string(&mut ast, library::string_format::STRING_FN);
         let output = checked.output;
         Ok(CompiledExpression {
             source: source.to_string(),

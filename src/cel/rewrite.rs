@@ -97,6 +97,17 @@ pub fn negations_as_comparisons(e: &mut IdedExpr, ids: &[u64], next_id: &mut u64
     for_each_child_mut(e, &mut |c| negations_as_comparisons(c, ids, next_id));
 }
 
+/// Renames each `string(x)` to `to`, the kmutate conversion with cel-go's
+/// results: after checking and metering, which know it as `string`.
+pub fn conversions_to_string(e: &mut IdedExpr, to: &str) {
+    if let Expr::Call(call) = &mut e.expr {
+        if call.func_name == "string" && call.target.is_none() && call.args.len() == 1 {
+            call.func_name = to.to_string();
+        }
+    }
+    for_each_child_mut(e, &mut |c| conversions_to_string(c, to));
+}
+
 /// Calls `f` on each direct sub-expression of `e`.
 pub(crate) fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
     match &mut e.expr {

@@ -602,6 +602,15 @@ fn is_cidr(s: &CelString<'_>) -> CelBool {
     CelBool::from(parse_cidr(s.inner()).is_ok())
 }
 
+/// `string()` of an IP or a CIDR, for the conversion `string(x)` is
+/// renamed to (`string_format::STRING_FN`), which answers every value.
+pub(super) fn library_string(v: &dyn Val) -> Option<String> {
+    match v.downcast_ref::<Ip>() {
+        Some(ip) => Some(ip.0.to_string()),
+        None => v.downcast_ref::<Cidr>().map(|c| c.0.to_string()),
+    }
+}
+
 fn cidr_to_string(c: &Cidr) -> CelString<'static> {
     CelString::from(c.0.to_string())
 }

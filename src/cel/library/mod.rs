@@ -44,6 +44,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     ip::register(env)?;
     semver::register(env)?;
     math::register(env)?;
+    string_format::register_string(env)?;
     authz::register(env)?;
     // cel-go declares `duration(int)`, which fails when called (a literal
     // argument is the duration validator's `invalid duration argument`).

@@ -323,6 +323,44 @@ fn non_finite(f: f64) -> String {
     }
 }
 
+/// The function `string(x)` calls are renamed to once compiled (see
+/// `rewrite::conversions_to_string`): cel-go's conversion where the
+/// crate's differs, a double in Go's shortest form (`1e-07`, `1e+21`) and a
+/// timestamp in its own offset (the crate's is in UTC).
+pub const STRING_FN: &str = "@kmutate_string";
+
+/// Registers [`STRING_FN`].
+pub fn register_string(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_overload(STRING_FN, "kmutate_string", vec![DYN_TYPE], to_string)
+}
+
+fn to_string<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let text = match args.as_slice() {
+        [v] if v.downcast_ref::<CelBytes>().is_some() => {
+            let bytes = v.downcast_ref::<CelBytes>().map(|b| b.inner().to_vec());
+            String::from_utf8(bytes.unwrap_or_default()).map_err(|_| {
+                ExecutionError::function_error(
+                    "string",
+                    "invalid UTF-8 in bytes, cannot convert to string",
+                )
+            })?
+        }
+        // `string(null)`, `string(int)`: no overload, as the crate's.
+        [v] if v.downcast_ref::<CelNull>().is_some() || v.downcast_ref::<CelType>().is_some() => {
+            return Err(no_overload("string", &args));
+        }
+        [v] => match (
+            scalar_string(v.as_ref()),
+            super::ip::library_string(v.as_ref()),
+        ) {
+            (Some(Ok(s)), _) | (_, Some(s)) => s,
+            _ => return Err(no_overload("string", &args)),
+        },
+        _ => return Err(no_overload("string", &args)),
+    };
+    Ok(CowVal::owned(CelString::from(text)))
+}
+
 /// cel-go's `FormatString`: a value as `string()` converts it; lists and
 /// maps as CEL literals.
 fn format_string(v: &dyn Val) -> Result<String, String> {
@@ -542,6 +580,8 @@ mod tests {
             ("'%d'.format(dyn([4.2]))", "error during formatting: decimal clause can only be used on integers, was given double"),
             ("'%s'.format(dyn([[b'\\xff']]))", "error during formatting: could not convert argument \"invalid UTF-8 in bytes, cannot convert to string\" to string"),
             ("'%q'.format(dyn(['a']))", "could not parse formatting clause: unrecognized formatting clause \"q\""),
+            ("string(b'\\xff' + b'')", "invalid UTF-8 in bytes, cannot convert to string"),
+            ("string(dyn(quantity('1')))", "no such overload: string(kubernetes.Quantity)"),
         ] {
             assert_eq!(eval_json(src), Err(error.to_string()), "{src}");
         }
