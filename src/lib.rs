@@ -28,6 +28,7 @@ pub mod explain;
 mod gofmt;
 pub mod matching;
 pub mod mutation;
+pub mod parallel;
 pub mod request;
 pub mod schema;
 pub mod source;

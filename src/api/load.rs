@@ -5,6 +5,7 @@
 //! reported with its file and index and the others still load.
 
 use super::{binding_from_json, policy_from_json, Binding, Policy, SourceRef};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// How much one file may hold: sized for real bundles (`kubectl get -o
@@ -98,6 +99,34 @@ pub struct Loaded {
     pub resources: Vec<serde_json::Value>,
     /// The problems found.
     pub errors: Vec<LoadError>,
+    /// Where each policy name is in `policies` (a bundle of thousands
+    /// checks each name in constant time).
+    policy_names: HashMap<String, usize>,
+    /// Where each binding name is in `bindings`.
+    binding_names: HashMap<String, usize>,
+}
+
+/// The position of `name` in `items` through `index`, which is rebuilt
+/// first when `items` was changed other than by the push functions.
+fn position_by_name<T>(
+    index: &mut HashMap<String, usize>,
+    items: &[T],
+    name_of: impl Fn(&T) -> &str,
+    name: &str,
+) -> Option<usize> {
+    let stale = index.len() != items.len()
+        || index
+            .get(name)
+            .is_some_and(|&i| items.get(i).is_none_or(|item| name_of(item) != name));
+    if stale {
+        *index = items
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, item)| (name_of(item).to_string(), i))
+            .collect();
+    }
+    index.get(name).copied()
 }
 
 impl Loaded {
@@ -113,8 +142,13 @@ impl Loaded {
     /// document of the same name is an error, as names are unique in a
     /// cluster, and the first stays.
     fn push_policy(&mut self, p: Policy) {
-        match self.policies.iter().find(|q| q.name == p.name) {
-            None => self.policies.push(p),
+        let at = position_by_name(&mut self.policy_names, &self.policies, |q| &q.name, &p.name);
+        match at.map(|i| &self.policies[i]) {
+            None => {
+                self.policy_names
+                    .insert(p.name.clone(), self.policies.len());
+                self.policies.push(p);
+            }
             Some(q) if *q == p => {}
             Some(q) => {
                 let message = format!(
@@ -131,8 +165,18 @@ impl Loaded {
 
     /// [`Loaded::push_policy`] for bindings.
     fn push_binding(&mut self, b: Binding) {
-        match self.bindings.iter().find(|c| c.name == b.name) {
-            None => self.bindings.push(b),
+        let at = position_by_name(
+            &mut self.binding_names,
+            &self.bindings,
+            |c| &c.name,
+            &b.name,
+        );
+        match at.map(|i| &self.bindings[i]) {
+            None => {
+                self.binding_names
+                    .insert(b.name.clone(), self.bindings.len());
+                self.bindings.push(b);
+            }
             Some(c) if *c == b => {}
             Some(c) => {
                 let message = format!(
@@ -279,16 +323,46 @@ pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
             let Ok(ft) = entry.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(p);
-            } else if matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml" | "json")
-            ) {
+            } else if has_document_extension(&p) {
                 out.push(p);
             }
         }
     }
-    out.sort();
+    out.sort_by_cached_key(|p| path_order_key(p));
     Ok(out)
+}
+
+/// Whether a file found in a folder is read: `.yaml`, `.yml` or `.json`.
+pub fn has_document_extension(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// A key that sorts paths as [`Path`]'s own order does (component by
+/// component) for the clean paths a folder listing gives, but compares as
+/// plain bytes: with tens of thousands of policy files, component-wise
+/// comparisons were most of a folder scan.
+pub fn path_order_key(path: &Path) -> Vec<u8> {
+    use std::path::Component;
+    let mut key = Vec::with_capacity(path.as_os_str().len() + 8);
+    for (i, component) in path.components().enumerate() {
+        if i > 0 {
+            // Below every byte a key holds: "a/b" sorts before "a-b".
+            key.push(0);
+        }
+        // Kinds of component sort as `Component` orders them ("/" before ".").
+        key.push(match component {
+            Component::Prefix(_) => 1,
+            Component::RootDir => 2,
+            Component::CurDir => 3,
+            Component::ParentDir => 4,
+            Component::Normal(_) => 5,
+        });
+        key.extend_from_slice(component.as_os_str().as_encoded_bytes());
+    }
+    key
 }
 
 /// Deepest nesting of YAML/JSON accepted; deeper input is refused, never a crash.
@@ -528,5 +602,29 @@ spec:
                 && msg.contains("spec.mutations"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn path_order_keys_sort_as_paths_do() {
+        let names = [
+            "policies/a-b.yaml",
+            "policies/a/b.yaml",
+            "policies/a.yaml",
+            "policies/ab/c.yaml",
+            "policies/a/b/c.yaml",
+            "policies/A.yaml",
+            "policies/a b.yaml",
+            "/abs/policies/x.yaml",
+            "./policies/z.yaml",
+            "policies/\u{e9}.yaml",
+            "policies/a/",
+            "../policies/y.yaml",
+            "policies/./b.yaml",
+        ];
+        let mut by_path: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+        let mut by_key = by_path.clone();
+        by_path.sort();
+        by_key.sort_by_cached_key(|p| path_order_key(p));
+        assert_eq!(by_key, by_path);
     }
 }

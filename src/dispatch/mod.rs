@@ -133,6 +133,11 @@ pub struct PolicyCompileError {
 }
 
 impl CompiledPolicy {
+    /// What compiling the policy found (empty: every expression compiled).
+    pub fn compile_errors(&self) -> &[PolicyCompileError] {
+        &self.compile_errors
+    }
+
     /// Whether any compiled expression of the policy reads `name`.
     fn reads(&self, name: &str) -> bool {
         let reads =
@@ -495,7 +500,7 @@ impl PolicySet {
             )
             .collect();
         drop(known);
-        let mut fresh = compile_all(&env, to_compile).into_iter();
+        let mut fresh = compile_policies(&env, to_compile).into_iter();
         for slot in slots {
             match slot {
                 Some(c) => {
@@ -509,6 +514,15 @@ impl PolicySet {
                 }
             }
         }
+        (PolicySet::assemble(compiled, bindings), errors)
+    }
+
+    /// Pairs policies compiled already with `bindings` (a binding whose
+    /// policy is not among them is ignored, as upstream does) and indexes
+    /// them: nothing is compiled, so a source that compiles each policy
+    /// as it reads it rebuilds a set of thousands in milliseconds.
+    pub fn assemble(compiled: Vec<Arc<CompiledPolicy>>, bindings: Vec<Binding>) -> PolicySet {
+        let env = CelEnvironment::shared();
         let by_name: HashMap<&str, usize> = compiled
             .iter()
             .enumerate()
@@ -547,17 +561,19 @@ impl PolicySet {
                 },
             )
         }));
-        (
-            PolicySet {
-                env,
-                request_fields: request_fields(&compiled),
-                policies: compiled,
-                bindings: pairs,
-                reads_old_object,
-                index,
-            },
-            errors,
-        )
+        PolicySet {
+            env,
+            request_fields: request_fields(&compiled),
+            policies: compiled,
+            bindings: pairs,
+            reads_old_object,
+            index,
+        }
+    }
+
+    /// The compiled policies, in the order given.
+    pub fn compiled_policies(&self) -> &[Arc<CompiledPolicy>] {
+        &self.policies
     }
 
     /// Number of policies.
@@ -1773,52 +1789,13 @@ fn patch_value_to_json(v: &dyn Val) -> Result<Json, StepError> {
     crate::cel::structpb::patch_value_to_json(v).map_err(|e| StepError::Policy(e.to_string()))
 }
 
-/// Compiles `policies` in order, over the machine's cores when there are
-/// many (a bundle of thousands at start).
-fn compile_all(
+/// Compiles `policies` (on several threads when there are many), each
+/// with its problems, in the order given.
+pub fn compile_policies(
     env: &CelEnvironment,
     policies: Vec<Policy>,
 ) -> Vec<(CompiledPolicy, Vec<PolicyCompileError>)> {
-    const PER_THREAD_AT_LEAST: usize = 64;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(policies.len() / PER_THREAD_AT_LEAST)
-        .max(1);
-    if threads == 1 {
-        return policies
-            .into_iter()
-            .map(|p| CompiledPolicy::compile(env, p))
-            .collect();
-    }
-    let chunk = policies.len().div_ceil(threads);
-    let mut chunks = Vec::with_capacity(threads);
-    let mut rest = policies;
-    while rest.len() > chunk {
-        let tail = rest.split_off(chunk);
-        chunks.push(rest);
-        rest = tail;
-    }
-    chunks.push(rest);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .into_iter()
-                        .map(|p| CompiledPolicy::compile(env, p))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
+    crate::parallel::map_in_order(policies, 64, |p| CompiledPolicy::compile(env, p))
 }
 
 /// What kube-apiserver answers a request whose handling panicked.

@@ -5,13 +5,16 @@
 use crate::api::load;
 use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
+use crate::cel::CelEnvironment;
 use crate::dispatch::{
-    AdmissionContext, AdmissionObserver, MatchedBinding, Outcome, PolicySet, Prematch,
+    compile_policies, AdmissionContext, AdmissionObserver, CompiledPolicy, MatchedBinding, Outcome,
+    PolicySet, Prematch,
 };
 use crate::matching::ResourceTable;
 use crate::mutation::diff::Snapshot;
 use crate::request::{is_crd, AdmissionRequest, ClusterObjects};
 use crate::schema::SchemaStore;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -120,31 +123,40 @@ impl CompiledPolicies {
     /// and compile errors (such a policy still loads and fails when
     /// invoked, subject to its failure policy, as upstream's does).
     pub fn compile(policies: Vec<Policy>, bindings: Vec<Binding>, problems: Vec<String>) -> Self {
-        CompiledPolicies::compile_reusing(policies, bindings, problems, None)
+        let compiled = compile_policies(&CelEnvironment::shared(), policies)
+            .into_iter()
+            .map(|(c, _)| Arc::new(c))
+            .collect();
+        CompiledPolicies::assemble(compiled, bindings, problems)
     }
 
-    /// [`CompiledPolicies::compile`], taking every unchanged policy from
-    /// `previous` as it was compiled ([`PolicySet::reusing`]).
-    pub fn compile_reusing(
-        policies: Vec<Policy>,
+    /// [`CompiledPolicies::compile`] of policies a source compiled already
+    /// (each with its compile errors): nothing is compiled again.
+    pub fn assemble(
+        policies: Vec<Arc<CompiledPolicy>>,
         bindings: Vec<Binding>,
         problems: Vec<String>,
-        previous: Option<&CompiledPolicies>,
     ) -> Self {
         let mut problems = problems;
+        let names: HashSet<&str> = policies.iter().map(|p| p.policy.name.as_str()).collect();
         for b in &bindings {
-            if !policies.iter().any(|p| p.name == b.policy_name) {
+            if !names.contains(b.policy_name.as_str()) {
                 problems.push(format!(
                     "{}: binding {:?} refers to policy {:?}, which is not loaded",
                     b.source, b.name, b.policy_name
                 ));
             }
         }
+        drop(names);
+        problems.extend(
+            policies
+                .iter()
+                .flat_map(|p| p.compile_errors())
+                .map(ToString::to_string),
+        );
         let counts = (policies.len(), bindings.len());
-        let (set, errors) = PolicySet::reusing(policies, bindings, previous.map(|p| &p.set));
-        problems.extend(errors.iter().map(ToString::to_string));
         CompiledPolicies {
-            set,
+            set: PolicySet::assemble(policies, bindings),
             policies: counts.0,
             bindings: counts.1,
             problems,
@@ -217,8 +229,23 @@ impl Engine {
         let unchanged = previous
             .is_some_and(|p| Arc::ptr_eq(&p.compiled, &compiled) && Arc::ptr_eq(&p.crds, &crds));
         if !unchanged {
+            // Warned once per compiled policy (and again for all when the
+            // CRDs change): an update of one of thousands warns about one.
+            let warned: HashSet<*const CompiledPolicy> = previous
+                .filter(|p| Arc::ptr_eq(&p.crds, &crds))
+                .map(|p| {
+                    let set = p.compiled.set.compiled_policies();
+                    set.iter().map(Arc::as_ptr).collect()
+                })
+                .unwrap_or_default();
+            let fresh = compiled
+                .set
+                .compiled_policies()
+                .iter()
+                .filter(|c| !warned.contains(&Arc::as_ptr(c)))
+                .map(|c| &c.policy);
             // Schema-aware field warnings never refuse a policy: logged only.
-            for policy in compiled.set.policies() {
+            for policy in fresh {
                 for w in crate::cel::field_warnings::policy_field_warnings(
                     policy,
                     &crds.table,

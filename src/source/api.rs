@@ -18,9 +18,9 @@
 use super::report::{Reason, Reporter, Verdict};
 use super::store::{text_at, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
-use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, Policy, SourceRef};
+use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, SourceRef};
 use crate::cel::CelEnvironment;
-use crate::dispatch::CompiledPolicy;
+use crate::dispatch::{compile_policies, CompiledPolicy};
 use futures::StreamExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
@@ -104,6 +104,9 @@ pub struct ApiSource {
     reporter: Reporter,
     /// Compile verdicts of policies.
     verdicts: Mutex<VerdictMap>,
+    /// The policies of the last build, converted and compiled, by
+    /// [`name_and_version`].
+    compiled: Mutex<HashMap<(String, String), CompiledOrInvalid>>,
     /// Verdicts of bindings (which fail only to convert).
     binding_verdicts: Mutex<VerdictMap>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -230,6 +233,7 @@ impl ApiSource {
             params: Mutex::default(),
             built: Mutex::default(),
             verdicts: Mutex::default(),
+            compiled: Mutex::default(),
             binding_verdicts: Mutex::default(),
             tasks: Mutex::default(),
             reporter: Reporter::new(client.clone()),
@@ -316,11 +320,12 @@ impl ApiSource {
         let mut inputs = PolicyInputs::default();
         // What each policy's bindings are told about it.
         let mut states: HashMap<String, PolicyState> = HashMap::new();
+        let objects = self.policies.objects();
+        let compiled = self.compile_new_policies(&objects);
         let mut verdicts = Verdicts::new(&self.verdicts, &self.reporter, POLICIES);
-        for object in self.policies.objects() {
-            let (name, _) = name_and_version(&object);
-            let converted = policy_from_json(&as_admission(&object), source_of(POLICIES, &name));
-            let verdict = verdicts.of(&object, "", || match &converted {
+        for (object, converted) in objects.iter().zip(compiled) {
+            let (name, _) = name_and_version(object);
+            let verdict = verdicts.of(object, "", || match &converted {
                 Ok(policy) => compile_verdict(policy),
                 Err(e) => {
                     tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
@@ -374,6 +379,55 @@ impl ApiSource {
         (inputs, param_kinds)
     }
 
+    /// Each of `objects` converted and compiled: taken from the last build
+    /// when the same object (uid and generation) was there, else converted
+    /// and compiled now, the new ones together on several threads, so that
+    /// one policy changing among thousands compiles that one alone.
+    fn compile_new_policies(&self, objects: &[Arc<Value>]) -> Vec<CompiledOrInvalid> {
+        let mut known = lock(&self.compiled);
+        let keys: Vec<(String, String)> = objects.iter().map(|o| name_and_version(o)).collect();
+        let mut fresh_keys = Vec::new();
+        let mut fresh_policies = Vec::new();
+        let mut invalid: HashMap<(String, String), String> = HashMap::new();
+        for (object, key) in objects.iter().zip(&keys) {
+            if known.contains_key(key) {
+                continue;
+            }
+            match policy_from_json(&as_admission(object), source_of(POLICIES, &key.0)) {
+                Ok(policy) => {
+                    fresh_keys.push(key.clone());
+                    fresh_policies.push(policy);
+                }
+                Err(e) => {
+                    invalid.insert(key.clone(), e.to_string());
+                }
+            }
+        }
+        let compiled = compile_policies(&CelEnvironment::shared(), fresh_policies);
+        let mut fresh: HashMap<(String, String), CompiledOrInvalid> = fresh_keys
+            .into_iter()
+            .zip(compiled)
+            .map(|(k, (c, _))| (k, Ok(Arc::new(c))))
+            .chain(invalid.into_iter().map(|(k, e)| (k, Err(e))))
+            .collect();
+        let mut next = HashMap::with_capacity(keys.len());
+        let results = keys
+            .into_iter()
+            .map(|key| {
+                let entry = known
+                    .remove(&key)
+                    .or_else(|| fresh.remove(&key))
+                    .or_else(|| next.get(&key).cloned())
+                    .unwrap_or_else(|| Err("not read".to_string()));
+                next.insert(key, entry.clone());
+                entry
+            })
+            .collect();
+        // Policies gone since the last build are forgotten.
+        *known = next;
+        results
+    }
+
     /// Starts a watch for each param kind newly in use, stops those no
     /// longer used; returns the stores of the kinds in use.
     fn param_stores(&self, kinds: &BTreeSet<(String, String)>) -> Vec<Arc<ObjectStore>> {
@@ -403,6 +457,9 @@ impl ApiSource {
         params.values().map(|w| w.store.clone()).collect()
     }
 }
+
+/// A policy object compiled, or why it could not be converted.
+type CompiledOrInvalid = Result<Arc<CompiledPolicy>, String>;
 
 /// Verdicts by (name, generation and context).
 type VerdictMap = HashMap<(String, String), Verdict>;
@@ -479,13 +536,16 @@ impl Source for ApiSource {
 
 /// The name, and what changes when the spec does: the generation (which
 /// a status update leaves alone), else the resourceVersion.
+/// An object's name, and what changes with its content: its uid (a policy
+/// deleted and created again starts at generation 1 again) and generation.
 fn name_and_version(object: &Value) -> (String, String) {
+    let uid = text_at(object, "/metadata/uid");
     let version = match object
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
     {
-        Some(g) => format!("g{g}"),
-        None => format!("rv{}", text_at(object, "/metadata/resourceVersion")),
+        Some(g) => format!("{uid}/g{g}"),
+        None => format!("{uid}/rv{}", text_at(object, "/metadata/resourceVersion")),
     };
     (text_at(object, "/metadata/name"), version)
 }
@@ -548,8 +608,9 @@ impl PolicyState {
 
 /// A policy's compile verdict: compiled, or served with every invocation
 /// failing under its failure policy (upstream's `compilation failed` error).
-fn compile_verdict(policy: &Policy) -> Verdict {
-    let (_, errors) = CompiledPolicy::compile(&CelEnvironment::shared(), policy.clone());
+fn compile_verdict(compiled: &CompiledPolicy) -> Verdict {
+    let errors = compiled.compile_errors();
+    let policy = &compiled.policy;
     if errors.is_empty() {
         return Verdict::compiled();
     }
@@ -578,9 +639,13 @@ fn failure_consequence(failure: FailurePolicy) -> &'static str {
 }
 
 /// The (apiVersion, kind) of the params some binding of a loaded policy uses.
-fn param_kinds(policies: &[Policy], bindings: &[Binding]) -> BTreeSet<(String, String)> {
+fn param_kinds(
+    policies: &[Arc<CompiledPolicy>],
+    bindings: &[Binding],
+) -> BTreeSet<(String, String)> {
     policies
         .iter()
+        .map(|c| &c.policy)
         .filter(|p| {
             bindings
                 .iter()

@@ -1,13 +1,15 @@
 //! The file source: the `--policies`, `--bindings` and `--resources` files
 //! and folders, scanned for changes.
 //!
-//! A scan lists the folders again and compares each file's modification
-//! time and size with the last read; a changed file is read again on its
-//! own. A scan runs as soon as the operating system reports a change under
-//! a folder (inotify, kqueue, ... through the `notify` crate), so that an
-//! edit is served within milliseconds, and every [`POLL_INTERVAL`] in any
-//! case, for what events miss (network file systems, a folder created
-//! after start). When the new version of a file fails to parse,
+//! A scan compares each file's modification time and size with the last
+//! read; a changed file is read (and its policies compiled) again on its
+//! own. When the operating system reports a change (inotify, kqueue, ...
+//! through the `notify` crate), only the paths it names are scanned, so
+//! that an edit among tens of thousands of files is served within
+//! milliseconds; the folders are also scanned whole every [`POLL_INTERVAL`]
+//! (or twenty times as long as the last whole scan took, when that is
+//! longer), for what events miss (network file systems, a folder created
+//! after start, an overflowing event queue). When the new version of a file fails to parse,
 //! holds an invalid document or a policy whose expressions do not compile,
 //! the last good version of that file stays in force and the problems are
 //! logged (file, document, policy) and counted in
@@ -15,28 +17,40 @@
 //! can, as at start.
 
 use super::{PolicyInputs, Snapshot, Source};
-use crate::api::load::{collect_files, Loaded};
+use crate::api::load::{collect_files, has_document_extension, path_order_key, Loaded};
+use crate::api::Binding;
 use crate::cel::CelEnvironment;
-use crate::dispatch::CompiledPolicy;
+use crate::dispatch::{compile_policies, CompiledPolicy};
 use crate::engine::EngineSources;
+use crate::parallel::map_in_order;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
 
-/// How often the folders are checked for changes.
+/// How often the folders are scanned whole, at least.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
+/// A whole scan runs at most once in this many times its own duration, so
+/// that polling tens of thousands of files stays a small part of a core.
+const POLL_COST_FACTOR: u32 = 20;
+
+/// Files read on one thread before a scan reads on several.
+const READS_PER_THREAD_AT_LEAST: usize = 16;
+
 /// What a file is read for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Role {
     /// Policies and bindings (`--policies`, `--bindings`).
     Policies,
     /// Cluster objects (`--resources`).
     Resources,
 }
+
+/// A file's place in the state: its role and [`path_order_key`].
+type FileKey = (Role, Vec<u8>);
 
 /// What tells that a file changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,22 +59,48 @@ struct Stamp {
     len: u64,
 }
 
+/// What one version of a file holds, its policies compiled.
+#[derive(Debug, Default)]
+struct FileContents {
+    policies: Vec<Arc<CompiledPolicy>>,
+    bindings: Vec<Binding>,
+    resources: Vec<Arc<Value>>,
+    /// Problems reading it (not compiling it: those stay with each policy).
+    errors: Vec<String>,
+}
+
 /// One file's state.
 #[derive(Debug)]
 struct FileEntry {
+    path: PathBuf,
     stamp: Stamp,
     /// The version in force.
-    good: Loaded,
+    good: FileContents,
     /// Problems of the latest read (empty when it is the version in force).
     problems: Vec<String>,
 }
 
+/// A file found by a scan.
+struct Found {
+    key: FileKey,
+    path: PathBuf,
+    stamp: Stamp,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    files: BTreeMap<(Role, PathBuf), FileEntry>,
+    files: BTreeMap<FileKey, FileEntry>,
     /// Roots that could not be listed.
     root_problems: Vec<String>,
     snapshot: Option<Snapshot>,
+}
+
+/// Paths the file events named since the last scan.
+#[derive(Debug, Default)]
+struct Touched {
+    paths: Vec<PathBuf>,
+    /// An event named no path or asked for a rescan: scan everything.
+    everything: bool,
 }
 
 /// Policy and resource files, re-read when they change.
@@ -68,6 +108,7 @@ struct State {
 pub struct FileSource {
     roots: Vec<(Role, PathBuf)>,
     state: Mutex<State>,
+    touched: Arc<Mutex<Touched>>,
 }
 
 impl FileSource {
@@ -88,27 +129,30 @@ impl FileSource {
         FileSource {
             roots,
             state: Mutex::new(State::default()),
+            touched: Arc::default(),
         }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reads the files that changed since the last scan (all of them the
     /// first time); true when the snapshot changed.
     pub fn scan(&self) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut present: BTreeMap<(Role, PathBuf), Stamp> = BTreeMap::new();
+        let mut found: BTreeMap<FileKey, Found> = BTreeMap::new();
         let mut root_problems = Vec::new();
         for (role, root) in &self.roots {
             match collect_files(root) {
                 Ok(files) => {
                     for f in files {
-                        if let Some(stamp) = stamp(&f) {
-                            present.insert((*role, f), stamp);
-                        }
+                        add_found(&mut found, *role, f);
                     }
                 }
                 Err(e) => root_problems.push(e.to_string()),
             }
         }
+        let mut state = self.state();
         let mut changed = state.snapshot.is_none() || root_problems != state.root_problems;
         if changed && !root_problems.is_empty() {
             for p in &root_problems {
@@ -117,42 +161,154 @@ impl FileSource {
         }
         state.root_problems = root_problems;
         let before = state.files.len();
-        state.files.retain(|key, _| present.contains_key(key));
-        if state.files.len() != before {
-            changed = true;
-        }
-        for (key, stamp) in present {
-            if state.files.get(&key).is_some_and(|e| e.stamp == stamp) {
-                continue;
-            }
-            changed = true;
-            let previous = state.files.remove(&key);
-            let entry = read_file(&key.1, key.0, stamp, previous);
-            state.files.insert(key, entry);
-        }
+        state.files.retain(|key, _| found.contains_key(key));
+        changed |= state.files.len() != before;
+        changed |= read_changed(&mut state, found.into_values());
         if changed {
             state.snapshot = Some(snapshot_of(&state));
         }
         changed
     }
 
-    /// Scans on every file event and every `interval`, poking `changed`
-    /// when something changed, forever (the task is aborted at shutdown).
+    /// Scans only `paths` (files or folders, present or gone) as file
+    /// events named them; true when the snapshot changed. A path outside
+    /// every root scans everything.
+    fn scan_paths(&self, paths: &[PathBuf]) -> bool {
+        let mut found: BTreeMap<FileKey, Found> = BTreeMap::new();
+        // (role, path) of each scanned path: what is under it and not found is gone.
+        let mut scanned: Vec<(Role, &Path)> = Vec::new();
+        for path in paths {
+            let roles: Vec<(Role, &PathBuf)> = self
+                .roots
+                .iter()
+                .filter(|(_, root)| path.starts_with(root))
+                .map(|(role, root)| (*role, root))
+                .collect();
+            if roles.is_empty() {
+                return self.scan();
+            }
+            for (role, root) in roles {
+                scanned.push((role, path));
+                if !is_listed(root, path) {
+                    continue;
+                }
+                if let Ok(files) = collect_files(path) {
+                    for f in files {
+                        add_found(&mut found, role, f);
+                    }
+                }
+            }
+        }
+        let mut state = self.state();
+        if state.snapshot.is_none() {
+            drop(state);
+            return self.scan();
+        }
+        let before = state.files.len();
+        state.files.retain(|key, entry| {
+            found.contains_key(key)
+                || !scanned
+                    .iter()
+                    .any(|(role, p)| key.0 == *role && entry.path.starts_with(p))
+        });
+        let mut changed = state.files.len() != before;
+        changed |= read_changed(&mut state, found.into_values());
+        if changed {
+            state.snapshot = Some(snapshot_of(&state));
+        }
+        changed
+    }
+
+    /// Scans the paths file events named, or everything when an event
+    /// asked for it; true when the snapshot changed.
+    fn scan_touched(&self) -> bool {
+        let touched = std::mem::take(&mut *self.touched.lock().unwrap_or_else(|e| e.into_inner()));
+        if touched.everything {
+            self.scan()
+        } else if touched.paths.is_empty() {
+            false
+        } else {
+            self.scan_paths(&touched.paths)
+        }
+    }
+
+    /// Scans on every file event (the paths it names) and every
+    /// [`POLL_INTERVAL`] or more (everything), poking `changed` when
+    /// something changed, forever (the task is aborted at shutdown).
     pub async fn watch(self: Arc<Self>, interval: Duration, changed: Arc<Notify>) {
         let touched = Arc::new(Notify::new());
         // Dropping the watcher ends its events: it lives as long as the loop.
         let _watcher = self.file_events(touched.clone());
+        let mut next_whole = tokio::time::Instant::now() + interval;
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                () = touched.notified() => {}
-            }
+            let whole = tokio::select! {
+                () = tokio::time::sleep_until(next_whole) => true,
+                () = touched.notified() => false,
+            };
             let me = self.clone();
-            if let Ok(true) = tokio::task::spawn_blocking(move || me.scan()).await {
+            let scanned = tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let changed = if whole { me.scan() } else { me.scan_touched() };
+                (changed, started.elapsed())
+            })
+            .await;
+            let Ok((scan_changed, took)) = scanned else {
+                continue;
+            };
+            if whole {
+                next_whole = tokio::time::Instant::now() + interval.max(took * POLL_COST_FACTOR);
+            }
+            if scan_changed {
                 changed.notify_one();
             }
         }
     }
+}
+
+/// Adds `path` (a file found for `role`) to `found`, with its stamp.
+fn add_found(found: &mut BTreeMap<FileKey, Found>, role: Role, path: PathBuf) {
+    if let Some(stamp) = stamp(&path) {
+        let key = (role, path_order_key(&path));
+        found.insert(key.clone(), Found { key, path, stamp });
+    }
+}
+
+/// Whether `path`, under `root`, is among the files a listing of `root`
+/// gives (or a folder that may hold some): no hidden component, and a
+/// document extension for a file. Editors' swap and backup files are not.
+fn is_listed(root: &Path, path: &Path) -> bool {
+    let Ok(rest) = path.strip_prefix(root) else {
+        return false;
+    };
+    if rest.as_os_str().is_empty() {
+        return true;
+    }
+    let hidden = rest
+        .components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+    !hidden && (path.is_dir() || has_document_extension(path))
+}
+
+/// Reads (several at once when there are many) the files of `found` whose
+/// stamp differs from the state's, and puts them in; true when any was.
+fn read_changed(state: &mut State, found: impl Iterator<Item = Found>) -> bool {
+    let mut reads: Vec<(Found, Option<FileEntry>)> = Vec::new();
+    for f in found {
+        if state.files.get(&f.key).is_some_and(|e| e.stamp == f.stamp) {
+            continue;
+        }
+        let previous = state.files.remove(&f.key);
+        reads.push((f, previous));
+    }
+    if reads.is_empty() {
+        return false;
+    }
+    let entries = map_in_order(reads, READS_PER_THREAD_AT_LEAST, |(f, previous)| {
+        let role = f.key.0;
+        (f.key, read_file(f.path, role, f.stamp, previous))
+    });
+    state.files.extend(entries);
+    true
 }
 
 impl FileSource {
@@ -161,10 +317,20 @@ impl FileSource {
     /// changes.
     fn file_events(&self, touched: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
         use notify::Watcher;
+        let paths = self.touched.clone();
         let handler = move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| completes_a_change(&e.kind)) {
-                touched.notify_one();
+            let mut noted = paths.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                Ok(e) if e.need_rescan() || (e.paths.is_empty() && completes_a_change(&e.kind)) => {
+                    noted.everything = true;
+                }
+                Ok(e) if completes_a_change(&e.kind) => noted.paths.extend(e.paths),
+                Ok(_) => return,
+                // Events were lost: only a whole scan finds what they said.
+                Err(_) => noted.everything = true,
             }
+            drop(noted);
+            touched.notify_one();
         };
         let mut watcher = notify::recommended_watcher(handler)
             .map_err(|e| tracing::warn!(error = %e, "no file events; policy folders are polled"))
@@ -213,29 +379,42 @@ fn stamp(path: &Path) -> Option<Stamp> {
     })
 }
 
-/// Reads one file; when it is broken and a good version was in force, that
-/// version stays.
-fn read_file(path: &Path, role: Role, stamp: Stamp, previous: Option<FileEntry>) -> FileEntry {
+/// Reads one file and compiles its policies; when it is broken and a good
+/// version was in force, that version stays.
+fn read_file(path: PathBuf, role: Role, stamp: Stamp, previous: Option<FileEntry>) -> FileEntry {
     let mut loaded = Loaded::default();
-    loaded.add_file(path);
+    loaded.add_file(&path);
     if role == Role::Resources {
         // Policies in a resources file are not served, as at start.
         loaded.policies.clear();
         loaded.bindings.clear();
     }
     let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    // Only a file with a version to fall back on is compiled here; at the
-    // first read the engine's compile reports the problems.
-    let compile_problems = if previous.is_some() {
-        compile_problems(&loaded)
-    } else {
-        Vec::new()
-    };
+    let sources: Vec<String> = loaded
+        .policies
+        .iter()
+        .map(|p| p.source.to_string())
+        .collect();
+    let policies: Vec<Arc<CompiledPolicy>> = compile_policies(
+        &CelEnvironment::shared(),
+        std::mem::take(&mut loaded.policies),
+    )
+    .into_iter()
+    .map(|(c, _)| Arc::new(c))
+    .collect();
     let was_good = previous.as_ref().is_some_and(|p| p.problems.is_empty());
-    let file = path.display();
+    let file = path.display().to_string();
     match previous {
-        Some(previous) if !problems.is_empty() || !compile_problems.is_empty() => {
-            problems.extend(compile_problems);
+        // A file never good loads what it can: the engine reports the
+        // compile errors of its policies with the rest.
+        Some(previous)
+            if !problems.is_empty() || policies.iter().any(|c| !c.compile_errors().is_empty()) =>
+        {
+            problems.extend(policies.iter().zip(&sources).flat_map(|(c, source)| {
+                c.compile_errors()
+                    .iter()
+                    .map(move |e| format!("{source}: {e}"))
+            }));
             for p in &problems {
                 tracing::warn!(file = %file, problem = %p,
                     "policy file is broken; its last good version stays in force");
@@ -245,6 +424,7 @@ fn read_file(path: &Path, role: Role, stamp: Stamp, previous: Option<FileEntry>)
                 if was_good { "before" } else { "first" }
             ));
             FileEntry {
+                path,
                 stamp,
                 good: previous.good,
                 problems,
@@ -252,37 +432,23 @@ fn read_file(path: &Path, role: Role, stamp: Stamp, previous: Option<FileEntry>)
         }
         previous => {
             if previous.is_some() {
-                tracing::info!(file = %file, policies = loaded.policies.len(),
+                tracing::info!(file = %file, policies = policies.len(),
                     bindings = loaded.bindings.len(), objects = loaded.resources.len(),
                     "file changed: reloaded");
             }
-            // Problems of a file never good are reported by the engine's load.
             FileEntry {
+                path,
                 stamp,
-                good: loaded,
+                good: FileContents {
+                    policies,
+                    bindings: loaded.bindings,
+                    resources: loaded.resources.into_iter().map(Arc::new).collect(),
+                    errors: loaded.errors.iter().map(ToString::to_string).collect(),
+                },
                 problems: Vec::new(),
             }
         }
     }
-}
-
-/// The compile errors of a file's policies, each with the file and document.
-fn compile_problems(loaded: &Loaded) -> Vec<String> {
-    if loaded.policies.is_empty() {
-        return Vec::new();
-    }
-    let env = CelEnvironment::shared();
-    loaded
-        .policies
-        .iter()
-        .flat_map(|p| {
-            let (_, errors) = CompiledPolicy::compile(&env, p.clone());
-            errors
-                .into_iter()
-                .map(|e| format!("{}: {e}", p.source))
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 fn snapshot_of(state: &State) -> Snapshot {
@@ -294,14 +460,130 @@ fn snapshot_of(state: &State) -> Snapshot {
     for entry in state.files.values() {
         inputs.policies.extend(entry.good.policies.iter().cloned());
         inputs.bindings.extend(entry.good.bindings.iter().cloned());
-        inputs
-            .problems
-            .extend(entry.good.errors.iter().map(ToString::to_string));
+        inputs.problems.extend(entry.good.errors.iter().cloned());
         inputs.problems.extend(entry.problems.iter().cloned());
-        objects.extend(entry.good.resources.iter().cloned().map(Arc::new));
+        objects.extend(entry.good.resources.iter().cloned());
     }
     Snapshot {
         policies: Arc::new(inputs),
         objects,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh folder for one test.
+    fn folder(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kmutate-files-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn write_policy(path: &Path, name: &str, value: &str) {
+        let text = format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\n\
+             metadata: {{name: {name}}}\nspec:\n  matchConstraints:\n    resourceRules:\n\
+             \x20   - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}\n\
+             \x20 mutations:\n  - patchType: ApplyConfiguration\n    applyConfiguration:\n\
+             \x20     expression: \"Object{{metadata: Object.metadata{{labels: {{'v': '{value}'}}}}}}\"\n"
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// (name, label value) of each policy served, in order.
+    fn served(source: &FileSource) -> Vec<(String, String)> {
+        let snapshot = source.snapshot().expect("scanned");
+        snapshot
+            .policies
+            .policies
+            .iter()
+            .map(|c| {
+                let value = c.policy.mutations[0]
+                    .expression
+                    .split("'v': '")
+                    .nth(1)
+                    .and_then(|rest| rest.split('\'').next())
+                    .unwrap_or_default()
+                    .to_string();
+                (c.policy.name.clone(), value)
+            })
+            .collect()
+    }
+
+    fn source_of(dir: &Path) -> FileSource {
+        FileSource::new(&EngineSources {
+            policies: vec![dir.to_path_buf()],
+            ..EngineSources::default()
+        })
+    }
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn only_the_paths_an_event_names_are_read_again() {
+        let dir = folder("named");
+        let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+        write_policy(&a, "a", "1");
+        write_policy(&b, "b", "1");
+        let source = source_of(&dir);
+        assert!(source.scan());
+        assert_eq!(served(&source), pairs(&[("a", "1"), ("b", "1")]));
+
+        // Both change (a different length, so the stamp differs however
+        // coarse the clock), but an event named only a.
+        write_policy(&a, "a", "22");
+        write_policy(&b, "b", "22");
+        assert!(source.scan_paths(std::slice::from_ref(&a)));
+        assert_eq!(served(&source), pairs(&[("a", "22"), ("b", "1")]));
+        // The whole scan finds the other.
+        assert!(source.scan());
+        assert_eq!(served(&source), pairs(&[("a", "22"), ("b", "22")]));
+        assert!(!source.scan(), "nothing changed since");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_named_folder_is_listed_again_and_hidden_or_other_files_are_not_read() {
+        let dir = folder("listed");
+        let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+        write_policy(&a, "a", "1");
+        write_policy(&b, "b", "1");
+        let source = source_of(&dir);
+        source.scan();
+        std::fs::remove_file(&a).unwrap();
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        write_policy(&dir.join("sub/c.yaml"), "c", "1");
+        // An editor's swap file and a file of another kind are not policies.
+        write_policy(&dir.join(".b.yaml.swp"), "swap", "1");
+        write_policy(&dir.join("notes.txt"), "notes", "1");
+        assert!(!source.scan_paths(&[dir.join(".b.yaml.swp"), dir.join("notes.txt")]));
+        assert!(source.scan_paths(&[dir.join("sub"), a.clone()]));
+        assert_eq!(served(&source), pairs(&[("b", "1"), ("c", "1")]));
+        // A removed folder takes its files with it.
+        std::fs::remove_dir_all(dir.join("sub")).unwrap();
+        assert!(source.scan_paths(&[dir.join("sub")]));
+        assert_eq!(served(&source), pairs(&[("b", "1")]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_path_outside_every_root_scans_everything() {
+        let dir = folder("outside");
+        let a = dir.join("a.yaml");
+        write_policy(&a, "a", "1");
+        let source = source_of(&dir);
+        source.scan();
+        write_policy(&a, "a", "22");
+        assert!(source.scan_paths(&[PathBuf::from("/elsewhere/x.yaml")]));
+        assert_eq!(served(&source), pairs(&[("a", "22")]));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -23,8 +23,9 @@ pub mod report;
 pub mod sar;
 pub mod store;
 
-use crate::api::{Binding, Policy};
+use crate::api::Binding;
 use crate::authorizer::Authorizer;
+use crate::dispatch::CompiledPolicy;
 use crate::engine::{CompiledPolicies, Engine, EngineSources, LiveNamespaces, LoadObserver};
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
@@ -49,12 +50,13 @@ pub enum SourceKind {
 }
 
 /// The policies and bindings a source holds, with the problems found
-/// reading them. A source makes a new one whenever they change, so that
-/// pointer equality tells the assembler whether to recompile.
+/// reading them. A source compiles each policy once, when it reads it, and
+/// makes a new `PolicyInputs` whenever something changes, so that pointer
+/// equality tells the assembler whether to rebuild the set at all.
 #[derive(Debug, Default)]
 pub struct PolicyInputs {
-    /// The policies.
-    pub policies: Vec<Policy>,
+    /// The policies, compiled (each with its compile errors).
+    pub policies: Vec<Arc<CompiledPolicy>>,
     /// The bindings.
     pub bindings: Vec<Binding>,
     /// What went wrong reading them (one line each).
@@ -148,14 +150,11 @@ impl Assembler {
                     && l.inputs.iter().zip(&inputs).all(|(a, b)| Arc::ptr_eq(a, b))
             });
             let previous = reuse.map(|l| l.compiled.clone());
-            // Policies unchanged since the last build are not compiled again.
-            let last_compiled = last.as_ref().map(|l| l.compiled.clone());
             let authorizer = self.authorizer.clone();
             let engine_before = self.slot.load_full();
             let live = self.live_namespaces.clone();
             let build = tokio::task::spawn_blocking(move || {
-                let compiled = previous
-                    .unwrap_or_else(|| Arc::new(compile(&inputs, last_compiled.as_deref())));
+                let compiled = previous.unwrap_or_else(|| Arc::new(assemble(&inputs)));
                 let objects = snapshots.into_iter().flat_map(|s| s.objects).collect();
                 let mut engine =
                     Engine::reassemble(compiled, objects, authorizer, engine_before.as_deref());
@@ -221,9 +220,8 @@ impl Assembler {
     }
 }
 
-/// Compiles the policies and bindings of every source together, reusing
-/// what `previous` compiled of the policies that did not change.
-fn compile(inputs: &[Arc<PolicyInputs>], previous: Option<&CompiledPolicies>) -> CompiledPolicies {
+/// The compiled policies and bindings of every source, together.
+fn assemble(inputs: &[Arc<PolicyInputs>]) -> CompiledPolicies {
     let mut policies = Vec::new();
     let mut bindings = Vec::new();
     let mut problems = Vec::new();
@@ -232,7 +230,7 @@ fn compile(inputs: &[Arc<PolicyInputs>], previous: Option<&CompiledPolicies>) ->
         bindings.extend(i.bindings.iter().cloned());
         problems.extend(i.problems.iter().cloned());
     }
-    CompiledPolicies::compile_reusing(policies, bindings, problems, previous)
+    CompiledPolicies::assemble(policies, bindings, problems)
 }
 
 /// The running sources' tasks; dropping it (or [`Running::stop`]) stops them.
