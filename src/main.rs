@@ -603,6 +603,12 @@ fn cluster_conformance(c: ConformanceArgs) -> Result<ExitCode> {
         },
         jobs: c.jobs,
         progress: std::io::stderr().is_terminal(),
+        // Only a list given: the default one is kmutate's in process.
+        expected_failures: c
+            .expected_failures
+            .as_deref()
+            .map(conformance::read_expected_failures)
+            .unwrap_or_default(),
     };
     if c.install_param_informers {
         let kinds = conformance::cluster::install_param_informers(&c.paths, &options)?;

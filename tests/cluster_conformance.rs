@@ -57,6 +57,7 @@ fn options_for(kas: &Kas, implementation: Implementation) -> ClusterOptions {
         implementation,
         jobs: 8,
         progress: false,
+        expected_failures: Default::default(),
     }
 }
 

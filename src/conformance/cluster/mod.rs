@@ -107,6 +107,10 @@ pub struct ClusterOptions {
     pub jobs: usize,
     /// A case counter on one line (a terminal) instead of nothing.
     pub progress: bool,
+    /// Cases known to fail, with why (`--expected-failures`): reported as
+    /// `xfail` and counted as skipped; one that passes is reported
+    /// (`xpass`) but fails nothing.
+    pub expected_failures: BTreeMap<String, String>,
 }
 
 /// Errors that stop a run (a case's own problems are its failure).
@@ -150,6 +154,23 @@ pub enum ClusterResult {
     Fail(String),
     /// It was skipped: why.
     Skip(String),
+    /// It failed as listed: why it is listed, and how it failed.
+    ExpectedFailure(String, String),
+}
+
+/// The skip reason of a case that failed as `--expected-failures` says.
+pub const EXPECTED_FAILURE: &str = "expected failure";
+
+/// `result` of case `name` as `expected` (`--expected-failures`) says.
+fn as_listed(
+    name: &str,
+    result: ClusterResult,
+    expected: &BTreeMap<String, String>,
+) -> ClusterResult {
+    match (result, expected.get(name)) {
+        (ClusterResult::Fail(how), Some(why)) => ClusterResult::ExpectedFailure(why.clone(), how),
+        (result, _) => result,
+    }
 }
 
 /// Everything the run created and has not deleted yet.
@@ -191,8 +212,9 @@ fn deletion_rank(c: &Collection) -> u8 {
 }
 
 /// Shared by the cases of a run.
-struct Run {
+struct Run<'o> {
     api: Apiserver,
+    expected_failures: &'o BTreeMap<String, String>,
     implementation: Implementation,
     tag: String,
     control_namespace: String,
@@ -207,7 +229,7 @@ struct Sentinel {
     probing: tokio::sync::Mutex<()>,
 }
 
-impl Run {
+impl Run<'_> {
     /// Returns once every policy created before the call is in force (or
     /// after [`POLICY_WAIT`]).
     async fn wait_for_policies(&self) -> Result<(), String> {
@@ -374,7 +396,7 @@ async fn send_request(api: &Apiserver, plan: &Plan) -> Result<Answer, String> {
 /// Creates the object an UPDATE finds stored. A Pod's ephemeral
 /// containers cannot be created with it: they are added after, through
 /// its `ephemeralcontainers` subresource, as `kubectl debug` does.
-async fn create_stored(run: &Run, stored: &ClusterObject) -> Result<Json, String> {
+async fn create_stored(run: &Run<'_>, stored: &ClusterObject) -> Result<Json, String> {
     let ephemeral = stored.object["spec"]["ephemeralContainers"].clone();
     let is_pod = stored.collection.group.is_empty() && stored.collection.resource == "pods";
     if !is_pod || ephemeral.is_null() {
@@ -408,7 +430,7 @@ async fn create_stored(run: &Run, stored: &ClusterObject) -> Result<Json, String
 }
 
 /// Creates `objects` at once (each recorded); the first refusal, naming it.
-async fn create_all(run: &Run, case: &str, objects: &[ClusterObject]) -> Result<(), String> {
+async fn create_all(run: &Run<'_>, case: &str, objects: &[ClusterObject]) -> Result<(), String> {
     let results = futures::future::join_all(objects.iter().map(|o| async move {
         run.create_recorded(&o.collection, &o.name, &o.object)
             .await
@@ -428,7 +450,7 @@ async fn create_all(run: &Run, case: &str, objects: &[ClusterObject]) -> Result<
 }
 
 /// Runs one planned case.
-async fn run_plan(run: &Run, plan: &Plan) -> ClusterResult {
+async fn run_plan(run: &Run<'_>, plan: &Plan) -> ClusterResult {
     let result = run_plan_steps(run, plan).await;
     // Its objects go, whatever happened: bindings and policies first.
     let mut mine: Vec<&ClusterObject> = plan.policies.iter().collect();
@@ -449,7 +471,7 @@ async fn run_plan(run: &Run, plan: &Plan) -> ClusterResult {
     }
 }
 
-async fn run_plan_steps(run: &Run, plan: &Plan) -> Result<ClusterResult, String> {
+async fn run_plan_steps(run: &Run<'_>, plan: &Plan) -> Result<ClusterResult, String> {
     let case = &plan.case;
     let (namespaces, rest): (Vec<ClusterObject>, Vec<ClusterObject>) = plan
         .setup
@@ -761,7 +783,7 @@ fn crd_collection() -> Collection {
 /// established; those it creates are deleted at the end of the run unless
 /// `keep`.
 async fn install_crds(
-    run: &Run,
+    run: &Run<'_>,
     crds: &BTreeMap<String, Json>,
     keep: bool,
 ) -> Result<(), ClusterError> {
@@ -879,6 +901,9 @@ impl Reporter<'_> {
             ClusterResult::Pass => format!("ok {name}"),
             ClusterResult::Fail(msg) => format!("FAIL {name}\n    {}", msg.replace('\n', "\n    ")),
             ClusterResult::Skip(why) => format!("skip {name} ({why})"),
+            ClusterResult::ExpectedFailure(why, how) => {
+                format!("xfail {name} ({why})\n    {}", how.replace('\n', "\n    "))
+            }
         };
         let done = self.done.fetch_add(1, Ordering::SeqCst) + 1;
         if self.progress {
@@ -965,6 +990,7 @@ async fn run_cluster_async(
     };
     let run = Run {
         api: Apiserver::new(client),
+        expected_failures: &options.expected_failures,
         implementation: options.implementation,
         control_namespace: format!("kmc-{tag}"),
         tag,
@@ -1026,7 +1052,7 @@ async fn run_cluster_async(
 /// Installs kmutate's CRDs where the cluster lacks them, starts kmutate's
 /// webhook and registers it ([`kmutate_dev`]).
 async fn install_kmutate_dev(
-    run: &Run,
+    run: &Run<'_>,
     options: &ClusterOptions,
     tls_dir: &std::path::Path,
 ) -> Result<crate::webhook::Server, ClusterError> {
@@ -1045,8 +1071,27 @@ async fn install_kmutate_dev(
     Ok(server)
 }
 
+/// Reports the result of case `name` as `--expected-failures` says: a
+/// listed failure as `xfail`, a listed case that passes with an `xpass`
+/// line after it.
+fn settle(
+    run: &Run<'_>,
+    reporter: &Reporter<'_>,
+    name: &str,
+    result: ClusterResult,
+) -> ClusterResult {
+    let result = as_listed(name, result, run.expected_failures);
+    reporter.case(name, &result);
+    if let (ClusterResult::Pass, Some(why)) = (&result, run.expected_failures.get(name)) {
+        reporter.line(&format!(
+            "xpass {name}: listed as expected to fail ({why}), it passes"
+        ));
+    }
+    result
+}
+
 async fn run_phases(
-    run: &Run,
+    run: &Run<'_>,
     phases: Vec<Phase>,
     jobs: usize,
     reporter: &Reporter<'_>,
@@ -1067,15 +1112,16 @@ async fn run_phases(
         ClusterResult::Pass => summary.passed += 1,
         ClusterResult::Fail(_) => summary.failed += 1,
         ClusterResult::Skip(why) => *summary.skipped.entry(skip_name(why)).or_default() += 1,
+        ClusterResult::ExpectedFailure(..) => {
+            *summary.skipped.entry(EXPECTED_FAILURE.into()).or_default() += 1
+        }
     };
     for phase in phases {
         install_crds(run, &phase.crds, false).await?;
         let (exclusive, shared): (Vec<Plan>, Vec<Plan>) =
             phase.plans.into_iter().partition(|p| p.exclusive);
         let mut results = futures::stream::iter(shared.iter().map(|plan| async move {
-            let r = run_plan(run, plan).await;
-            reporter.case(&plan.case, &r);
-            r
+            settle(run, reporter, &plan.case, run_plan(run, plan).await)
         }))
         .buffer_unordered(jobs);
         while let Some(r) = results.next().await {
@@ -1086,8 +1132,7 @@ async fn run_phases(
             run.wait_for_policies()
                 .await
                 .map_err(ClusterError::Cluster)?;
-            let r = run_plan(run, plan).await;
-            reporter.case(&plan.case, &r);
+            let r = settle(run, reporter, &plan.case, run_plan(run, plan).await);
             count(summary, &r);
         }
     }
@@ -1169,4 +1214,26 @@ pub fn install_param_informers(
         }
         Ok(installed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_failure_is_expected_and_nothing_else_changes() {
+        let listed = BTreeMap::from([("a".to_string(), "why".to_string())]);
+        assert_eq!(
+            as_listed("a", ClusterResult::Fail("how".into()), &listed),
+            ClusterResult::ExpectedFailure("why".into(), "how".into())
+        );
+        assert_eq!(
+            as_listed("b", ClusterResult::Fail("how".into()), &listed),
+            ClusterResult::Fail("how".into())
+        );
+        assert_eq!(
+            as_listed("a", ClusterResult::Pass, &listed),
+            ClusterResult::Pass
+        );
+    }
 }
