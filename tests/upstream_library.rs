@@ -21,6 +21,7 @@
 
 mod support;
 
+use kmutate::conformance::cluster::compare::{self, at, changes, derived, show};
 use kmutate::conformance::{normalize, prepare, Case};
 use kmutate::dispatch::Outcome;
 use serde_json::{json, Value};
@@ -41,105 +42,16 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// One step of a path into a JSON value.
-#[derive(Clone, Debug, PartialEq)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
-type Path_ = Vec<Step>;
-
-/// What changed from `before` to `after`: (path, new value or `None` when
-/// removed). Maps are compared key by key, lists of the same length item by
-/// item; a list whose length changed, or a value whose type changed, is one
-/// change of the whole.
-fn changes(before: &Value, after: &Value) -> Vec<(Path_, Option<Value>)> {
-    let mut out = Vec::new();
-    walk(before, after, &mut Vec::new(), &mut out);
-    out
-}
-
-fn walk(before: &Value, after: &Value, at: &mut Path_, out: &mut Vec<(Path_, Option<Value>)>) {
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            for (k, bv) in b {
-                at.push(Step::Key(k.clone()));
-                match a.get(k) {
-                    Some(av) => walk(bv, av, at, out),
-                    None => out.push((at.clone(), None)),
-                }
-                at.pop();
-            }
-            for (k, av) in a {
-                if !b.contains_key(k) {
-                    at.push(Step::Key(k.clone()));
-                    out.push((at.clone(), Some(av.clone())));
-                    at.pop();
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
-            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
-                at.push(Step::Index(i));
-                walk(bv, av, at, out);
-                at.pop();
-            }
-        }
-        _ if same(before, after) => {}
-        _ => out.push((at.clone(), Some(after.clone()))),
-    }
-}
-
-/// Equal JSON, numbers compared by value (`1` and `1.0`).
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        _ => a == b,
-    }
-}
-
-fn at<'v>(v: &'v Value, path: &[Step]) -> Option<&'v Value> {
-    path.iter().try_fold(v, |v, s| match s {
-        Step::Key(k) => v.get(k),
-        Step::Index(i) => v.get(i),
-    })
-}
-
-/// Whether `actual` holds `expected`: every key of a map (recursively),
-/// every item of a list of the same length, equal scalars. What the
-/// apiserver defaults into an added subtree is the only extra allowed.
+/// Whether `actual` holds `expected`, the apiserver's defaults inside
+/// allowed: admission reinvocation runs the built-in plugins again, and the
+/// ServiceAccount plugin mounts its token into containers a policy added.
 fn holds(actual: &Value, expected: &Value) -> bool {
-    match (actual, expected) {
-        (Value::Object(a), Value::Object(e)) => e
-            .iter()
-            .all(|(k, ev)| a.get(k).is_some_and(|av| holds(av, ev))),
-        (Value::Array(a), Value::Array(e)) => {
-            // Admission reinvocation runs the built-in plugins again: the
-            // ServiceAccount plugin mounts its token into containers a
-            // policy added.
-            let a: Vec<&Value> = a
-                .iter()
-                .filter(|av| !is_token_mount(av) || e.iter().any(|ev| same(av, ev)))
-                .collect();
-            a.len() == e.len() && a.iter().zip(e).all(|(av, ev)| holds(av, ev))
-        }
-        _ => same(actual, expected),
-    }
+    compare::holds(actual, expected, &is_token_mount)
 }
 
 /// The ServiceAccount plugin's token mount (its name made stable by `kas`).
 fn is_token_mount(v: &Value) -> bool {
     v["name"] == "kube-api-access-xxxxx" && v.get("mountPath").is_some()
-}
-
-fn show(path: &[Step]) -> String {
-    path.iter()
-        .map(|s| match s {
-            Step::Key(k) => format!(".{k}"),
-            Step::Index(i) => format!("[{i}]"),
-        })
-        .collect()
 }
 
 /// The problems of the apiserver's answer `upstream` against kmutate's
@@ -190,12 +102,6 @@ fn compare(baseline: &Value, upstream: &Value, kmutate: &Value) -> Vec<String> {
         }
     }
     problems
-}
-
-/// What the apiserver computes on create from what the policy changed
-/// (a Pod's QoS class from its resources), not a mutation.
-fn derived(path: &[Step]) -> bool {
-    path == [Step::Key("status".into()), Step::Key("qosClass".into())]
 }
 
 /// A shipped policy with its binding and the object it is shown on.
