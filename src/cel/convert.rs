@@ -31,7 +31,7 @@ fn map_hasher() -> std::hash::RandomState {
 /// Integers become `int` (or `uint` above `i64::MAX`), other numbers `double`.
 pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
     match value {
-        Json::Null => Box::new(CelNull),
+        Json::Null => Box::new(NullInput),
         Json::Bool(b) => Box::new(CelBool::from(*b)),
         Json::Number(n) => {
             if let Some(i) = n.as_i64() {
@@ -54,6 +54,71 @@ pub fn json_to_val<'a>(value: &'a Json) -> Box<dyn Val + 'a> {
             }
             Box::new(CelMap::from(out))
         }
+    }
+}
+
+/// A JSON null of an input (`oldObject` on a CREATE, `namespaceObject` of a
+/// cluster-scoped request, a null field of an object): CEL's `null` in every
+/// way (its type, equality, conversions: it downcasts to `null`), except
+/// that a field selected or a key indexed on it is cel-go's answer for a
+/// qualifier on null, `no such key: metadata`, and `has()` of a field of it
+/// is false, where the `cel` crate reports the `_._` overload on `null_type`.
+#[derive(Clone, Copy, Debug)]
+struct NullInput;
+
+/// What [`NullInput`] downcasts to.
+static NULL: CelNull = CelNull;
+static NULL_TYPE: Type = cel_types::NULL_TYPE;
+
+impl Val for NullInput {
+    fn get_type(&self) -> &Type {
+        &NULL_TYPE
+    }
+
+    fn cel_type() -> &'static Type {
+        &NULL_TYPE
+    }
+
+    fn equals(&self, other: &dyn Val) -> bool {
+        other.downcast_ref::<CelNull>().is_some()
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+        Box::new(NullInput)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(&NULL)
+    }
+}
+
+impl Indexer for NullInput {
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let key = if let Some(s) = idx.downcast_ref::<CelString>() {
+            s.inner().to_string()
+        } else if let Some(i) = idx.downcast_ref::<CelInt>() {
+            i.inner().to_string()
+        } else {
+            idx.get_type().name().to_string()
+        };
+        Err(ExecutionError::NoSuchKey(std::sync::Arc::new(key)))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
     }
 }
 

@@ -6,7 +6,6 @@ use crate::cel::access::Access;
 use crate::cel::convert::json_to_val_for;
 use crate::cel::cost::{OUT_OF_BUDGET, RUNTIME_CEL_COST_BUDGET};
 use crate::cel::{error_text, CelEnvironment, CompiledExpression};
-use cel::common::ast::{operators, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue};
 use cel::common::traits::Indexer;
 use cel::common::types::{self, CelList, CelMap, CelMapKey, CelString, Type};
 use cel::common::value::{CowVal, Val};
@@ -134,43 +133,9 @@ impl<'a> Activation<'a> {
         let (result, cost) = expr.evaluate_with_cost(&ctx);
         let result = match result {
             Ok(v) => Ok(f(&*v)),
-            Err(e) => Err(self
-                .null_selection_error(expr, &e)
-                .unwrap_or_else(|| error_text(&e))),
+            Err(e) => Err(error_text(&e)),
         };
         (result, cost)
-    }
-
-    /// cel-go's error for a field selected, or a key indexed, on an input
-    /// that is null (`oldObject.metadata` on a CREATE, `namespaceObject`
-    /// of a cluster-scoped request, `params` without a param): its attribute
-    /// qualifier finds no such key, `no such key: metadata`. The `cel` crate
-    /// reports the `_._` (`_[_]`) overload on `null_type` without the field,
-    /// so the field is that of the first such step on a null input, in
-    /// evaluation order.
-    fn null_selection_error(
-        &self,
-        expr: &CompiledExpression,
-        e: &ExecutionError,
-    ) -> Option<String> {
-        let ExecutionError::NoSuchOverload(overload) = e else {
-            return None;
-        };
-        let on_null = matches!(overload.function(), "_._" | "_[_]")
-            && overload.argument_types().first().map(String::as_str) == Some("null_type");
-        if !on_null {
-            return None;
-        }
-        let is_null = |name: &str| {
-            self.json_inputs
-                .iter()
-                .any(|(n, json, ..)| *n == name && json.is_null())
-                || self
-                    .inputs
-                    .iter()
-                    .any(|(n, v)| *n == name && v.downcast_ref::<types::CelNull>().is_some())
-        };
-        first_key_on_null(expr.ast(), &is_null).map(|key| format!("no such key: {key}"))
     }
 
     fn variable(&self, index: usize) -> Result<&(dyn Val + 'static), ExecutionError> {
@@ -318,66 +283,6 @@ impl Activation<'_> {
     }
 }
 
-/// The field or literal key of the first selection or index, in evaluation
-/// order (operands and arguments left to right), whose operand is an
-/// identifier `is_null` says is null.
-fn first_key_on_null(e: &IdedExpr, is_null: &dyn Fn(&str) -> bool) -> Option<String> {
-    let null_ident =
-        |operand: &IdedExpr| matches!(&operand.expr, Expr::Ident(name) if is_null(name));
-    match &e.expr {
-        Expr::Select(sel) if !sel.test && null_ident(&sel.operand) => Some(sel.field.clone()),
-        Expr::Select(sel) => first_key_on_null(&sel.operand, is_null),
-        Expr::Call(call) => {
-            if let (operators::INDEX, None, [operand, key]) = (
-                call.func_name.as_str(),
-                call.target.as_deref(),
-                call.args.as_slice(),
-            ) {
-                if null_ident(operand) {
-                    return match &key.expr {
-                        Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_string()),
-                        Expr::Literal(LiteralValue::Int(i)) => Some(i.to_string()),
-                        _ => None,
-                    };
-                }
-            }
-            call.target
-                .as_deref()
-                .into_iter()
-                .chain(&call.args)
-                .find_map(|child| first_key_on_null(child, is_null))
-        }
-        Expr::List(list) => list
-            .elements
-            .iter()
-            .find_map(|child| first_key_on_null(child, is_null)),
-        Expr::Map(map) => entries_first_key_on_null(&map.entries, is_null),
-        Expr::Struct(st) => entries_first_key_on_null(&st.entries, is_null),
-        Expr::Comprehension(c) => [
-            &c.iter_range,
-            &c.accu_init,
-            &c.loop_cond,
-            &c.loop_step,
-            &c.result,
-        ]
-        .into_iter()
-        .find_map(|child| first_key_on_null(child, is_null)),
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => None,
-    }
-}
-
-fn entries_first_key_on_null(
-    entries: &[IdedEntryExpr],
-    is_null: &dyn Fn(&str) -> bool,
-) -> Option<String> {
-    entries.iter().find_map(|entry| match &entry.expr {
-        EntryExpr::MapEntry(m) => {
-            first_key_on_null(&m.key, is_null).or_else(|| first_key_on_null(&m.value, is_null))
-        }
-        EntryExpr::StructField(f) => first_key_on_null(&f.value, is_null),
-    })
-}
-
 /// The `variables` object: each field evaluates its expression on first use.
 struct VariablesView<'b, 'a> {
     activation: &'b Activation<'a>,
@@ -483,6 +388,10 @@ mod tests {
             ("object.metadata.name", "error: no such key: metadata"),
             ("object['spec'].replicas", "error: no such key: spec"),
             ("[1].map(x, {'a': object.kind})", "error: no such key: kind"),
+            ("has(object.metadata)", "false"),
+            ("object.?metadata.orValue('none')", "\"none\""),
+            ("object == null && null == object", "true"),
+            ("type(object) == null_type", "true"),
         ] {
             assert_eq!(eval(source, &null, &Access::Full, &[]), error, "{source}");
         }
