@@ -16,7 +16,7 @@
 //! once, so `/readyz` turns ready only after the first full sync.
 
 use super::report::{Reason, Reporter, Verdict};
-use super::store::{text_at, ObjectStore};
+use super::store::{expand_spec, text_at, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
 use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, SourceRef};
 use crate::cel::CelEnvironment;
@@ -107,6 +107,8 @@ pub struct ApiSource {
     /// The policies of the last build, converted and compiled, by
     /// [`name_and_version`].
     compiled: Mutex<HashMap<(String, String), CompiledOrInvalid>>,
+    /// The bindings of the last build, converted, by [`name_and_version`].
+    converted_bindings: Mutex<HashMap<(String, String), Result<Binding, String>>>,
     /// Verdicts of bindings (which fail only to convert).
     binding_verdicts: Mutex<VerdictMap>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -226,14 +228,15 @@ impl ApiSource {
             client: client.clone(),
             changed,
             requested_api: policy_api_version,
-            policies: Arc::default(),
-            bindings: Arc::default(),
+            policies: Arc::new(ObjectStore::compacting()),
+            bindings: Arc::new(ObjectStore::compacting()),
             namespaces: Arc::default(),
             crds: Arc::default(),
             params: Mutex::default(),
             built: Mutex::default(),
             verdicts: Mutex::default(),
             compiled: Mutex::default(),
+            converted_bindings: Mutex::default(),
             binding_verdicts: Mutex::default(),
             tasks: Mutex::default(),
             reporter: Reporter::new(client.clone()),
@@ -345,9 +348,20 @@ impl ApiSource {
         }
         drop(verdicts);
         let mut verdicts = Verdicts::new(&self.binding_verdicts, &self.reporter, BINDINGS);
+        // Bindings are converted when new (by uid and generation), as policies.
+        let mut known = lock(&self.converted_bindings);
+        let mut next = HashMap::new();
         for object in self.bindings.objects() {
-            let (name, _) = name_and_version(&object);
-            let converted = binding_from_json(&as_admission(&object), source_of(BINDINGS, &name));
+            let key = name_and_version(&object);
+            let name = key.0.clone();
+            let converted = known
+                .remove(&key)
+                .or_else(|| next.get(&key).cloned())
+                .unwrap_or_else(|| {
+                    binding_from_json(&as_admission(&object), source_of(BINDINGS, &name))
+                        .map_err(|e| e.to_string())
+                });
+            next.insert(key, converted.clone());
             let policy_name = converted
                 .as_ref()
                 .map(|b| b.policy_name.clone())
@@ -368,6 +382,8 @@ impl ApiSource {
                 Err(_) => inputs.problems.extend(verdict.problem),
             }
         }
+        *known = next;
+        drop(known);
         drop(verdicts);
         let param_kinds = param_kinds(&inputs.policies, &inputs.bindings);
         let inputs = Arc::new(inputs);
@@ -560,7 +576,7 @@ fn source_of(resource: &str, name: &str) -> SourceRef {
 /// A kmutate.dev object read as the admissionregistration.k8s.io/v1 one
 /// (same schema); others unchanged.
 fn as_admission(object: &Value) -> Value {
-    let mut object = object.clone();
+    let mut object = expand_spec(object);
     let group = object
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -643,14 +659,15 @@ fn param_kinds(
     policies: &[Arc<CompiledPolicy>],
     bindings: &[Binding],
 ) -> BTreeSet<(String, String)> {
+    let with_params: std::collections::HashSet<&str> = bindings
+        .iter()
+        .filter(|b| b.param_ref.is_some())
+        .map(|b| b.policy_name.as_str())
+        .collect();
     policies
         .iter()
         .map(|c| &c.policy)
-        .filter(|p| {
-            bindings
-                .iter()
-                .any(|b| b.policy_name == p.name && b.param_ref.is_some())
-        })
+        .filter(|p| with_params.contains(p.name.as_str()))
         .filter_map(|p| p.param_kind.as_ref())
         .map(|k| (k.api_version.clone(), k.kind.clone()))
         .collect()
