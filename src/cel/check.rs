@@ -1076,6 +1076,14 @@ fn plan(e: &IdedExpr, ctx: &Context) -> Result<Planned, String> {
             {
                 return Ok(Planned::Dynamic);
             }
+            if name == "double" {
+                // The crate reads an out-of-range string as infinity.
+                if let Expr::Literal(LiteralValue::String(text)) = &call.args[0].expr {
+                    if super::library::double::constant_fails(text.inner()) {
+                        return Err("type conversion error from 'string' to 'double'".into());
+                    }
+                }
+            }
             match cel::Value::resolve_val(e, ctx) {
                 Ok(_) => Ok(Planned::Constant),
                 Err(err) => {

@@ -190,36 +190,29 @@ fn expression_warnings(
 ) -> Vec<(String, String)> {
     // The parser recurses per nesting level: parse on a large stack, as
     // compiling does (once per expression, at load time).
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("cel-field-warnings".into())
-            .stack_size(super::COMPILE_STACK_BYTES)
-            .spawn_scoped(scope, || {
-                if super::check_nesting(source).is_err() {
-                    return Vec::new();
-                }
-                let env = CelEnvironment::shared();
-                let parser = env
-                    .env()
-                    .parser()
-                    .max_recursion_depth(super::MAX_PARSE_DEPTH);
-                let Ok((ast, info)) = parser.parse_with_source_info(source) else {
-                    return Vec::new();
-                };
-                let mut walker = Walker {
-                    kinds,
-                    params: params.map(std::slice::from_ref).unwrap_or_default(),
-                    info: &info,
-                    bound: Vec::new(),
-                    found: BTreeMap::new(),
-                };
-                walker.visit(&ast);
-                walker.found.into_values().collect()
-            })
-            .ok()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
+    crate::parallel::with_large_stack(|| {
+        if super::check_nesting(source).is_err() {
+            return Vec::new();
+        }
+        let env = CelEnvironment::shared();
+        let parser = env
+            .env()
+            .parser()
+            .max_recursion_depth(super::MAX_PARSE_DEPTH);
+        let Ok((ast, info)) = parser.parse_with_source_info(source) else {
+            return Vec::new();
+        };
+        let mut walker = Walker {
+            kinds,
+            params: params.map(std::slice::from_ref).unwrap_or_default(),
+            info: &info,
+            bound: Vec::new(),
+            found: BTreeMap::new(),
+        };
+        walker.visit(&ast);
+        walker.found.into_values().collect()
     })
+    .unwrap_or_default()
 }
 
 /// The elements of a list every kind declares: the path written to reach

@@ -22,9 +22,6 @@ pub use cel::Context;
 pub use library::authz;
 pub(crate) use library::quantity::parse_error as quantity_parse_error;
 
-/// Stack of the thread expressions are compiled on.
-const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;
-
 /// Parser recursion limit: deeper expressions are refused, never a crash.
 const MAX_PARSE_DEPTH: u16 = 250;
 
@@ -251,27 +248,24 @@ impl CelEnvironment {
         variables: Option<&DeclaredVariables>,
     ) -> Result<CompiledExpression, CompileError> {
         check_nesting(source)?;
-        // The parser recurses deeply per nesting level (much more in debug
-        // builds): compile on a thread with a large stack rather than risk
-        // the caller's. Compiling happens at load time, not per request.
-        std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .name("cel-compile".into())
-                .stack_size(COMPILE_STACK_BYTES)
-                .spawn_scoped(scope, || {
-                    self.compile_on_this_thread(source, metered, patch_types, variables)
-                })
-                .map_err(|e| CompileError {
-                    message: format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}"),
-                    ..Default::default()
-                })?
-                .join()
-                .unwrap_or_else(|_| {
-                    Err(CompileError {
-                        message: "ERROR: <input>:1:1: the parser failed on this expression".into(),
-                        ..Default::default()
-                    })
-                })
+        // The parser recurses deeply per nesting level: compile on a large
+        // stack rather than risk the caller's. Compiling happens at load
+        // time, not per request.
+        crate::parallel::with_large_stack(|| {
+            self.compile_on_this_thread(source, metered, patch_types, variables)
+        })
+        .unwrap_or_else(|e| {
+            Err(CompileError {
+                message: match e {
+                    crate::parallel::LargeStackError::Spawn(e) => {
+                        format!("ERROR: <input>:1:1: cannot start the compiler thread: {e}")
+                    }
+                    crate::parallel::LargeStackError::Panicked => {
+                        "ERROR: <input>:1:1: the parser failed on this expression".into()
+                    }
+                },
+                ..Default::default()
+            })
         })
     }
 
@@ -310,7 +304,9 @@ impl CelEnvironment {
         };
         // After metering, which charges `!x` as written.
         rewrite::negations_as_comparisons(&mut ast, &checked.bool_negations, &mut next_id);
-        rewrite::conversions_to_string(&mut ast, library::string_format::STRING_FN);
+        rewrite::rename_conversions(&mut ast, "string", library::string_format::STRING_FN);
+        rewrite::rename_conversions(&mut ast, "double", library::double::DOUBLE_FN);
+        rewrite::optional_struct_fields(&mut ast);
         let output = checked.output;
         Ok(CompiledExpression {
             source: source.to_string(),

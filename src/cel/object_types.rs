@@ -266,8 +266,15 @@ impl StructType for JsonPatchStructType {
     ) -> Result<Box<dyn Val + 'v>, ExecutionError> {
         let mut set = Vec::with_capacity(fields.len());
         for (field, value) in fields {
-            let Some(value) = unwrap_optional_field(value) else {
-                continue;
+            // `?value: x` (named `?value` once checked, see
+            // `rewrite::optional_struct_fields`) is set only when `x` holds
+            // a value; `value: x` keeps `x`, even an optional.
+            let (field, value) = match field.strip_prefix('?') {
+                Some(name) => match unwrap_optional_field(value) {
+                    Some(value) => (name.to_string(), value),
+                    None => continue,
+                },
+                None => (field, value),
             };
             match field.as_str() {
                 "op" | "path" | "from" => {
@@ -288,6 +295,8 @@ impl StructType for JsonPatchStructType {
             }
             set.push((field, value.into_owned()));
         }
+        // A `?field` renamed back may be out of name order.
+        set.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Box::new(StructValue::new(JSON_PATCH_TYPE.to_string(), set)))
     }
 }

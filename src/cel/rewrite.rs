@@ -8,7 +8,7 @@
 //!   `transformList`, `transformMap`, `transformMapEntry`) become ordinary
 //!   comprehensions over `[key, value]` pairs.
 
-use super::object_types::{OBJECT_TYPE, TYPE_NAME_FIELD};
+use super::object_types::{JSON_PATCH_TYPE, OBJECT_TYPE, TYPE_NAME_FIELD};
 use cel::common::ast::{
     operators, CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr,
     LiteralValue, MapExpr, StructFieldExpr,
@@ -97,15 +97,36 @@ pub fn negations_as_comparisons(e: &mut IdedExpr, ids: &[u64], next_id: &mut u64
     for_each_child_mut(e, &mut |c| negations_as_comparisons(c, ids, next_id));
 }
 
-/// Renames each `string(x)` to `to`, the kmutate conversion with cel-go's
-/// results: after checking and metering, which know it as `string`.
-pub fn conversions_to_string(e: &mut IdedExpr, to: &str) {
+/// Renames each conversion `from(x)` (`string`, `double`) to `to`, the
+/// kmutate conversion with cel-go's results: after checking and metering,
+/// which know it as `from`.
+pub fn rename_conversions(e: &mut IdedExpr, from: &str, to: &str) {
     if let Expr::Call(call) = &mut e.expr {
-        if call.func_name == "string" && call.target.is_none() && call.args.len() == 1 {
+        if call.func_name == from && call.target.is_none() && call.args.len() == 1 {
             call.func_name = to.to_string();
         }
     }
-    for_each_child_mut(e, &mut |c| conversions_to_string(c, to));
+    for_each_child_mut(e, &mut |c| rename_conversions(c, from, to));
+}
+
+/// Renames each optional field `?f: x` of a `JSONPatch{}` to `?f`, once
+/// checked: the crate hands a struct type its fields' values alone, and
+/// only the name tells `JSONPatch` to leave out an absent one (`?value:
+/// optional.none()`) but keep `value: optional.none()`, which upstream then
+/// fails to marshal (`optional.none() dereference`).
+pub fn optional_struct_fields(e: &mut IdedExpr) {
+    if let Expr::Struct(s) = &mut e.expr {
+        if s.type_name == JSON_PATCH_TYPE {
+            for en in s.entries.iter_mut() {
+                if let EntryExpr::StructField(f) = &mut en.expr {
+                    if f.optional && !f.field.starts_with('?') {
+                        f.field = format!("?{}", f.field);
+                    }
+                }
+            }
+        }
+    }
+    for_each_child_mut(e, &mut optional_struct_fields);
 }
 
 /// Calls `f` on each direct sub-expression of `e`.

@@ -258,6 +258,36 @@ mod tests {
         );
     }
 
+    // `?value: x` leaves the value out when `x` is none, `value: x` keeps the
+    // optional (upstream then fails to marshal it). maporacle (v0.36.2):
+    // `?value: optional.none()` adds null, `?value: optional.of(2)` adds 2,
+    // `value: optional.of(3)` adds 3, `value: optional.none()` fails.
+    #[test]
+    fn optional_and_plain_patch_values() {
+        let env = crate::cel::CelEnvironment::shared();
+        let value = |field: &str| {
+            let src = format!("JSONPatch{{op: 'add', path: '/a', {field}}}");
+            let e = env.compile(&src).unwrap();
+            let ctx = env.context();
+            let v = e.evaluate(&ctx).unwrap();
+            let st = crate::cel::object_types::as_struct(&*v).expect("a JSONPatch");
+            st.field("value").map(patch_value_to_json)
+        };
+        assert_eq!(value("?value: optional.none()"), None);
+        assert_eq!(
+            value("?value: optional.of(2)"),
+            Some(Ok(serde_json::json!(2)))
+        );
+        assert_eq!(
+            value("value: optional.of(3)"),
+            Some(Ok(serde_json::json!(3)))
+        );
+        assert_eq!(
+            value("value: optional.none()").map(|r| r.map_err(|e| e.to_string())),
+            Some(Err("JSONPath valueExpression evaluated to a type that could not marshal to JSON: optional.none() dereference".to_string()))
+        );
+    }
+
     #[test]
     fn what_has_no_json_form_is_refused_in_upstreams_words() {
         let err = |v: &dyn Val| patch_value_to_json(v).unwrap_err().to_string();

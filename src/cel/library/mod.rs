@@ -3,6 +3,7 @@
 //! internal helpers of the two-variable comprehensions.
 
 pub mod authz;
+pub mod double;
 pub mod format;
 pub mod ip;
 pub mod lists;
@@ -45,6 +46,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     semver::register(env)?;
     math::register(env)?;
     string_format::register_string(env)?;
+    double::register(env)?;
     authz::register(env)?;
     // cel-go declares `duration(int)`, which fails when called (a literal
     // argument is the duration validator's `invalid duration argument`).

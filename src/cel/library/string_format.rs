@@ -324,7 +324,7 @@ fn non_finite(f: f64) -> String {
 }
 
 /// The function `string(x)` calls are renamed to once compiled (see
-/// `rewrite::conversions_to_string`): cel-go's conversion where the
+/// `rewrite::rename_conversions`): cel-go's conversion where the
 /// crate's differs, a double in Go's shortest form (`1e-07`, `1e+21`) and a
 /// timestamp in its own offset (the crate's is in UTC).
 pub const STRING_FN: &str = "@kmutate_string";
