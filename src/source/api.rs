@@ -536,7 +536,12 @@ impl Source for ApiSource {
         if !stores.iter().all(|s| s.is_synced()) {
             return None;
         }
+        let started = std::time::Instant::now();
         let (policies, kinds) = self.policy_inputs();
+        tracing::debug!(
+            took_us = started.elapsed().as_micros() as u64,
+            "policies and bindings of the API read"
+        );
         let params = self.param_stores(&kinds);
         if !params.iter().all(|s| s.is_synced()) {
             return None;
@@ -763,6 +768,7 @@ async fn run_watch(
                 backoff.reset();
                 relisted = false;
                 if store.apply(e, &resource) {
+                    tracing::debug!(resource = %resource.plural, "watch event applied");
                     changed.notify_one();
                 }
             }

@@ -72,7 +72,6 @@ struct FileContents {
 /// One file's state.
 #[derive(Debug)]
 struct FileEntry {
-    path: PathBuf,
     stamp: Stamp,
     /// The version in force.
     good: FileContents,
@@ -107,6 +106,9 @@ struct Touched {
 #[derive(Debug)]
 pub struct FileSource {
     roots: Vec<(Role, PathBuf)>,
+    /// Each root made absolute (against the working folder), as file
+    /// events name the paths under a root given relative.
+    absolute_roots: Vec<PathBuf>,
     state: Mutex<State>,
     touched: Arc<Mutex<Touched>>,
 }
@@ -125,9 +127,14 @@ impl FileSource {
                     .iter()
                     .map(|p| (Role::Resources, p.clone())),
             )
+            .collect::<Vec<(Role, PathBuf)>>();
+        let absolute_roots = roots
+            .iter()
+            .map(|(_, root)| std::path::absolute(root).unwrap_or_else(|_| root.clone()))
             .collect();
         FileSource {
             roots,
+            absolute_roots,
             state: Mutex::new(State::default()),
             touched: Arc::default(),
         }
@@ -176,27 +183,34 @@ impl FileSource {
     fn scan_paths(&self, paths: &[PathBuf]) -> bool {
         let mut found: BTreeMap<FileKey, Found> = BTreeMap::new();
         // (role, path) of each scanned path: what is under it and not found is gone.
-        let mut scanned: Vec<(Role, &Path)> = Vec::new();
+        let mut scanned: Vec<(Role, PathBuf)> = Vec::new();
         for path in paths {
-            let roles: Vec<(Role, &PathBuf)> = self
+            // The path as a listing of each root that holds it names it.
+            let roles: Vec<(Role, &PathBuf, PathBuf)> = self
                 .roots
                 .iter()
-                .filter(|(_, root)| path.starts_with(root))
-                .map(|(role, root)| (*role, root))
+                .zip(&self.absolute_roots)
+                .filter_map(|((role, root), absolute)| {
+                    if path.starts_with(root) {
+                        Some((*role, root, path.clone()))
+                    } else {
+                        let rest = path.strip_prefix(absolute).ok()?;
+                        Some((*role, root, root.join(rest)))
+                    }
+                })
                 .collect();
             if roles.is_empty() {
                 return self.scan();
             }
-            for (role, root) in roles {
-                scanned.push((role, path));
-                if !is_listed(root, path) {
-                    continue;
-                }
-                if let Ok(files) = collect_files(path) {
-                    for f in files {
-                        add_found(&mut found, role, f);
+            for (role, root, path) in roles {
+                if is_listed(root, &path) {
+                    if let Ok(files) = collect_files(&path) {
+                        for f in files {
+                            add_found(&mut found, role, f);
+                        }
                     }
                 }
+                scanned.push((role, path));
             }
         }
         let mut state = self.state();
@@ -204,17 +218,35 @@ impl FileSource {
             drop(state);
             return self.scan();
         }
-        let before = state.files.len();
-        state.files.retain(|key, entry| {
-            found.contains_key(key)
-                || !scanned
-                    .iter()
-                    .any(|(role, p)| key.0 == *role && entry.path.starts_with(p))
-        });
-        let mut changed = state.files.len() != before;
+        // The files under a scanned path are one range of keys: its own
+        // key, and those that continue it with a separator (0). A retain
+        // over every file, comparing paths, cost 80 ms with 20,000.
+        let mut gone: Vec<FileKey> = Vec::new();
+        for (role, p) in &scanned {
+            let start = (*role, path_order_key(p));
+            let mut end = start.clone();
+            end.1.push(1);
+            gone.extend(
+                state
+                    .files
+                    .range(start..end)
+                    .map(|(key, _)| key)
+                    .filter(|key| !found.contains_key(*key))
+                    .cloned(),
+            );
+        }
+        let mut changed = !gone.is_empty();
+        for key in gone {
+            state.files.remove(&key);
+        }
         changed |= read_changed(&mut state, found.into_values());
         if changed {
+            let started = Instant::now();
             state.snapshot = Some(snapshot_of(&state));
+            tracing::debug!(
+                took_us = started.elapsed().as_micros() as u64,
+                "snapshot of the policy files taken"
+            );
         }
         changed
     }
@@ -255,6 +287,12 @@ impl FileSource {
             let Ok((scan_changed, took)) = scanned else {
                 continue;
             };
+            tracing::debug!(
+                whole,
+                changed = scan_changed,
+                took_us = took.as_micros() as u64,
+                "policy folders scanned"
+            );
             if whole {
                 next_whole = tokio::time::Instant::now() + interval.max(took * POLL_COST_FACTOR);
             }
@@ -303,6 +341,7 @@ fn read_changed(state: &mut State, found: impl Iterator<Item = Found>) -> bool {
     if reads.is_empty() {
         return false;
     }
+    tracing::debug!(files = reads.len(), "reading changed policy files");
     let entries = map_in_order(reads, READS_PER_THREAD_AT_LEAST, |(f, previous)| {
         let role = f.key.0;
         (f.key, read_file(f.path, role, f.stamp, previous))
@@ -424,7 +463,6 @@ fn read_file(path: PathBuf, role: Role, stamp: Stamp, previous: Option<FileEntry
                 if was_good { "before" } else { "first" }
             ));
             FileEntry {
-                path,
                 stamp,
                 good: previous.good,
                 problems,
@@ -437,7 +475,6 @@ fn read_file(path: PathBuf, role: Role, stamp: Stamp, previous: Option<FileEntry
                     "file changed: reloaded");
             }
             FileEntry {
-                path,
                 stamp,
                 good: FileContents {
                     policies,
@@ -548,6 +585,33 @@ mod tests {
         assert_eq!(served(&source), pairs(&[("a", "22"), ("b", "22")]));
         assert!(!source.scan(), "nothing changed since");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_root_given_relative_reads_only_the_absolute_path_an_event_names() {
+        // Events name absolute paths; the root is relative to the working
+        // folder (the crate's, under cargo test).
+        let relative = PathBuf::from(format!(
+            "target/kmutate-files-relative-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&relative);
+        std::fs::create_dir_all(&relative).unwrap();
+        let (a, b) = (relative.join("a.yaml"), relative.join("b.yaml"));
+        write_policy(&a, "a", "1");
+        write_policy(&b, "b", "1");
+        let source = source_of(&relative);
+        assert!(source.scan());
+        write_policy(&a, "a", "22");
+        write_policy(&b, "b", "22");
+        let event_path = std::path::absolute(&a).unwrap();
+        assert!(source.scan_paths(&[event_path]));
+        // Had the path matched no root, everything would have been read.
+        assert_eq!(served(&source), pairs(&[("a", "22"), ("b", "1")]));
+        std::fs::remove_file(&a).unwrap();
+        assert!(source.scan_paths(&[std::path::absolute(&a).unwrap()]));
+        assert_eq!(served(&source), pairs(&[("b", "1")]));
+        let _ = std::fs::remove_dir_all(&relative);
     }
 
     #[test]

@@ -34,8 +34,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// How long the assembler waits after a change for more before rebuilding.
-pub const DEBOUNCE: Duration = Duration::from_millis(25);
+/// How long the assembler waits after a change for more before rebuilding:
+/// the events of one save or one `kubectl apply` come within a few
+/// milliseconds, and a change should take effect within 100 ms.
+pub const DEBOUNCE: Duration = Duration::from_millis(10);
 
 /// Where `kmutate serve` reads policies and bindings from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -143,6 +145,7 @@ impl Assembler {
                 continue;
             };
             let started = Instant::now();
+            tracing::debug!("rebuilding the policy set");
             let inputs: Vec<Arc<PolicyInputs>> =
                 snapshots.iter().map(|s| s.policies.clone()).collect();
             let reuse = last.as_ref().filter(|l| {
