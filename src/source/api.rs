@@ -16,7 +16,7 @@
 //! once, so `/readyz` turns ready only after the first full sync.
 
 use super::report::{Reason, Reporter, Verdict};
-use super::store::{expand_spec, text_at, ObjectStore};
+use super::store::{expand_spec, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
 use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, SourceRef};
 use crate::cel::CelEnvironment;
@@ -106,9 +106,9 @@ pub struct ApiSource {
     verdicts: Mutex<VerdictMap>,
     /// The policies of the last build, converted and compiled, by
     /// [`name_and_version`].
-    compiled: Mutex<HashMap<(String, String), CompiledOrInvalid>>,
+    compiled: Mutex<FastMap<(String, String), CompiledOrInvalid>>,
     /// The bindings of the last build, converted, by [`name_and_version`].
-    converted_bindings: Mutex<HashMap<(String, String), Result<Binding, String>>>,
+    converted_bindings: Mutex<FastMap<(String, String), Result<Binding, String>>>,
     /// Verdicts of bindings (which fail only to convert).
     binding_verdicts: Mutex<VerdictMap>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -322,7 +322,7 @@ impl ApiSource {
         }
         let mut inputs = PolicyInputs::default();
         // What each policy's bindings are told about it.
-        let mut states: HashMap<String, PolicyState> = HashMap::new();
+        let mut states: FastMap<String, PolicyState> = FastMap::default();
         let objects = self.policies.objects();
         let compiled = self.compile_new_policies(&objects);
         let mut verdicts = Verdicts::new(&self.verdicts, &self.reporter, POLICIES);
@@ -350,7 +350,7 @@ impl ApiSource {
         let mut verdicts = Verdicts::new(&self.binding_verdicts, &self.reporter, BINDINGS);
         // Bindings are converted when new (by uid and generation), as policies.
         let mut known = lock(&self.converted_bindings);
-        let mut next = HashMap::new();
+        let mut next = FastMap::default();
         for object in self.bindings.objects() {
             let key = name_and_version(&object);
             let name = key.0.clone();
@@ -426,7 +426,7 @@ impl ApiSource {
             .map(|(k, (c, _))| (k, Ok(Arc::new(c))))
             .chain(invalid.into_iter().map(|(k, e)| (k, Err(e))))
             .collect();
-        let mut next = HashMap::with_capacity(keys.len());
+        let mut next = FastMap::with_capacity_and_hasher(keys.len(), Default::default());
         let results = keys
             .into_iter()
             .map(|key| {
@@ -478,7 +478,10 @@ impl ApiSource {
 type CompiledOrInvalid = Result<Arc<CompiledPolicy>, String>;
 
 /// Verdicts by (name, generation and context).
-type VerdictMap = HashMap<(String, String), Verdict>;
+/// A map hashed with foldhash: a rebuild looks up every object's key.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+type VerdictMap = FastMap<(String, String), Verdict>;
 
 /// One pass over the policies (or bindings) of a build: each object's
 /// verdict is judged, and reported on the object, once per generation (and
@@ -488,7 +491,7 @@ struct Verdicts<'s> {
     known: std::sync::MutexGuard<'s, VerdictMap>,
     reporter: &'s Reporter,
     plural: &'static str,
-    seen: BTreeSet<(String, String)>,
+    seen: std::collections::HashSet<(String, String), foldhash::fast::RandomState>,
 }
 
 impl<'s> Verdicts<'s> {
@@ -497,7 +500,7 @@ impl<'s> Verdicts<'s> {
             known: lock(known),
             reporter,
             plural,
-            seen: BTreeSet::new(),
+            seen: Default::default(),
         }
     }
 
@@ -560,15 +563,19 @@ impl Source for ApiSource {
 /// An object's name, and what changes with its content: its uid (a policy
 /// deleted and created again starts at generation 1 again) and generation.
 fn name_and_version(object: &Value) -> (String, String) {
-    let uid = text_at(object, "/metadata/uid");
-    let version = match object
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-    {
-        Some(g) => format!("{uid}/g{g}"),
-        None => format!("{uid}/rv{}", text_at(object, "/metadata/resourceVersion")),
+    let metadata = &object["metadata"];
+    let text = |field: &str| {
+        metadata
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     };
-    (text_at(object, "/metadata/name"), version)
+    let uid = text("uid");
+    let version = match metadata.get("generation").and_then(Value::as_i64) {
+        Some(g) => format!("{uid}/g{g}"),
+        None => format!("{uid}/rv{}", text("resourceVersion")),
+    };
+    (text("name").to_string(), version)
 }
 
 fn source_of(resource: &str, name: &str) -> SourceRef {
