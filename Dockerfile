@@ -13,10 +13,13 @@
 
 FROM docker.io/library/rust:1.95.0-slim-bookworm AS build
 WORKDIR /src
-# Only what the build reads: the manifest, the lock file and the sources
-# (every include_str! in src/ points inside src/, checked by tests/deploy.rs).
+# Only what the build reads: the manifest, the lock file, the sources and
+# kmutate's CRDs, which `conformance --cluster --implementation kmutate.dev`
+# installs (every include_str! in src/ points inside src/ or deploy/crds/,
+# checked by tests/deploy.rs).
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY deploy/crds ./deploy/crds
 # Cache mounts keep the registry and the target directory between builds; the
 # binary is copied out of the cached target directory, and its DWARF debug info
 # (the release profile keeps line tables for profiling) stripped; symbols stay, so

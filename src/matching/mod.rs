@@ -84,10 +84,17 @@ pub fn handles_operation(operation: &str) -> bool {
 }
 
 /// Whether requests for `gvr` skip admission policies entirely: the policy
-/// resources themselves (generic `Plugin.Dispatch`) and the non-persisted
-/// review resources (kube-apiserver's excluded admission resources).
+/// resources themselves (generic `Plugin.Dispatch`), kmutate's own policy
+/// resources likewise (a policy for every resource must not rewrite the
+/// kmutate.dev policies a cluster serves through kmutate, as it cannot
+/// rewrite the built-in ones), and the non-persisted review resources
+/// (kube-apiserver's excluded admission resources).
 pub fn is_exempt_resource(gvr: &GroupVersionResource) -> bool {
     match gvr.group.as_str() {
+        "kmutate.dev" => matches!(
+            gvr.resource.as_str(),
+            "mutatingadmissionpolicies" | "mutatingadmissionpolicybindings"
+        ),
         "admissionregistration.k8s.io" => matches!(
             gvr.resource.as_str(),
             "validatingadmissionpolicies"

@@ -561,6 +561,13 @@ fn delete_and_exempt_resources_never_match() {
     r.namespace.clear();
     assert_eq!(run(&c, &r, &t), Ok(None));
     let mut r = attrs(
+        gvk("kmutate.dev", "v1", "MutatingAdmissionPolicyBinding"),
+        gvr("kmutate.dev", "v1", "mutatingadmissionpolicybindings"),
+        "",
+    );
+    r.namespace.clear();
+    assert_eq!(run(&c, &r, &t), Ok(None));
+    let mut r = attrs(
         gvk("authentication.k8s.io", "v1", "TokenReview"),
         gvr("authentication.k8s.io", "v1", "tokenreviews"),
         "",

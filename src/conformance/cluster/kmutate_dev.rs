@@ -16,6 +16,12 @@ use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// The label of the policy objects the run creates, which the webhook
+/// registration leaves out: upstream never admits policy objects through
+/// policies, and a policy of one case matching every resource would
+/// otherwise act on the (cluster-scoped) policies another case creates.
+pub const OWN_OBJECT_LABEL: &str = "kmutate.dev/conformance-policy";
+
 /// The API version of kmutate's policy objects.
 pub const API_VERSION: &str = "kmutate.dev/v1";
 
@@ -52,7 +58,19 @@ pub fn as_kmutate_dev(plan: &mut Plan) {
     for o in &mut plan.policies {
         o.collection = collection(&o.collection.resource);
         o.object["apiVersion"] = Json::from(API_VERSION);
+        label_own(&mut o.object);
     }
+}
+
+/// Gives `object` the [`OWN_OBJECT_LABEL`].
+pub fn label_own(object: &mut Json) {
+    if !object["metadata"].is_object() {
+        object["metadata"] = json!({});
+    }
+    if !object["metadata"]["labels"].is_object() {
+        object["metadata"]["labels"] = json!({});
+    }
+    object["metadata"]["labels"][OWN_OBJECT_LABEL] = Json::from("true");
 }
 
 /// Starts kmutate's webhook reading kmutate.dev policies from the cluster
@@ -89,7 +107,7 @@ pub async fn start_webhook(
 
 /// The MutatingWebhookConfiguration `name` sending every request to
 /// `server`: every resource and subresource, every operation, cluster-scoped
-/// ones too; failurePolicy Fail (an unanswered request is a failure, not a
+/// ones too, but the run's own policy objects ([`OWN_OBJECT_LABEL`]); failurePolicy Fail (an unanswered request is a failure, not a
 /// pass), reinvocation IfNeeded as the policies' own, sideEffects None (the
 /// runner's requests are dry runs).
 pub fn webhook_configuration(name: &str, server: &Server) -> Result<Json, String> {
@@ -105,6 +123,8 @@ pub fn webhook_configuration(name: &str, server: &Server) -> Result<Json, String
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
             "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"],
                 "resources": ["*/*"], "scope": "*"}],
+            "objectSelector": {"matchExpressions": [
+                {"key": OWN_OBJECT_LABEL, "operator": "DoesNotExist"}]},
             "matchPolicy": "Equivalent", "failurePolicy": "Fail",
             "reinvocationPolicy": "IfNeeded", "sideEffects": "None",
             "admissionReviewVersions": ["v1"], "timeoutSeconds": 15}]}))

@@ -287,6 +287,10 @@ impl Run<'_> {
         let (mut policy, mut binding) = (policy, binding);
         policy["apiVersion"] = Json::from(api_version);
         binding["apiVersion"] = Json::from(api_version);
+        if self.implementation == Implementation::KmutateDev {
+            kmutate_dev::label_own(&mut policy);
+            kmutate_dev::label_own(&mut binding);
+        }
         for (c, o) in [(&policies, &policy), (&bindings, &binding)] {
             self.create_recorded(c, &name, o)
                 .await
