@@ -1079,7 +1079,7 @@ fn plan(e: &IdedExpr, ctx: &Context) -> Result<Planned, String> {
             if name == "double" {
                 // The crate reads an out-of-range string as infinity.
                 if let Expr::Literal(LiteralValue::String(text)) = &call.args[0].expr {
-                    if super::library::double::constant_fails(text.inner()) {
+                    if super::library::double::go_parse_float(text.inner()).is_none() {
                         return Err("type conversion error from 'string' to 'double'".into());
                     }
                 }

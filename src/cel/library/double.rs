@@ -49,11 +49,6 @@ fn number(v: &dyn Val) -> Option<Result<f64, ()>> {
     }
 }
 
-/// Whether the constant `double(text)` fails, as the planner folds it.
-pub fn constant_fails(text: &str) -> bool {
-    go_parse_float(text).is_none()
-}
-
 /// Go's `strconv.ParseFloat(s, 64)`; `None` for its syntax and range
 /// errors (an overflow; an underflow is zero, as Go's).
 pub fn go_parse_float(s: &str) -> Option<f64> {
