@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 pub use cel::common::value::{CowVal, Val};
 pub use cel::Context;
 pub use library::authz;
+pub(crate) use library::quantity::marshaled as quantity_marshaled;
 pub(crate) use library::quantity::parse_error as quantity_parse_error;
 
 /// Parser recursion limit: deeper expressions are refused, never a crash.

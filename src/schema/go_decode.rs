@@ -30,9 +30,10 @@ use std::sync::OnceLock;
 
 use serde_json::{Number, Value};
 
+use super::go_time::{parse_time, time_parse_error, Layout, RFC3339, RFC3339_MICRO};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
-use crate::cel::quantity_parse_error;
+use crate::cel::{quantity_marshaled, quantity_parse_error};
 
 /// Why a JSONPatch result does not decode into its Go type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -422,32 +423,62 @@ impl<'a> Decoder<'a> {
     }
 }
 
-/// `Quantity.UnmarshalJSON` of `v`: its raw JSON, unquoted, must parse.
-fn quantity_error(v: &Value) -> Result<(), GoDecodeError> {
-    let text: Cow<str> = match v {
+/// What `Quantity.UnmarshalJSON` parses of `v`: its raw JSON, unquoted.
+fn quantity_text(v: &Value) -> Cow<'_, str> {
+    match v {
         Value::String(s) => go_json_escape(s),
         Value::Number(n) => number_text(n).into(),
         Value::Bool(b) => b.to_string().into(),
         // The raw JSON: it never has the quantity syntax.
         Value::Array(_) => "[".into(),
         _ => "{".into(),
-    };
-    match quantity_parse_error(text.trim()) {
+    }
+}
+
+/// `Quantity.UnmarshalJSON` of `v`: its raw JSON, unquoted, must parse.
+fn quantity_error(v: &Value) -> Result<(), GoDecodeError> {
+    match quantity_parse_error(quantity_text(v).trim()) {
         Some(message) => Err(GoDecodeError::Quantity(message)),
         None => Ok(()),
     }
 }
 
-/// `Time.UnmarshalJSON` / `MicroTime.UnmarshalJSON` of the string `s`.
-fn time_error(kind: &Kind, s: &str) -> Result<(), GoDecodeError> {
-    let layout = match kind {
+/// What a `resource.Quantity` decoded from `v` (a string or a number)
+/// encodes again: the canonical string, or the string as given when it is
+/// canonical already; `None` when it does not decode.
+pub(super) fn quantity_round_trip(v: &Value) -> Option<String> {
+    match v {
+        Value::String(_) | Value::Number(_) => quantity_marshaled(quantity_text(v).trim()),
+        _ => None,
+    }
+}
+
+fn time_layout(kind: &Kind) -> &'static Layout {
+    match kind {
         Kind::MicroTime => &RFC3339_MICRO,
         _ => &RFC3339,
-    };
-    match time_parse_error(s, layout) {
+    }
+}
+
+/// `Time.UnmarshalJSON` / `MicroTime.UnmarshalJSON` of the string `s`.
+fn time_error(kind: &Kind, s: &str) -> Result<(), GoDecodeError> {
+    match time_parse_error(s, time_layout(kind)) {
         Some(message) => Err(GoDecodeError::Time(message)),
         None => Ok(()),
     }
+}
+
+/// What a `metav1.Time` or `metav1.MicroTime` (`kind`) decoded from the
+/// string `s` encodes again: the instant in UTC, null for the zero time;
+/// `None` when it does not decode.
+pub(super) fn time_round_trip(kind: &Kind, s: &str) -> Option<Value> {
+    let layout = time_layout(kind);
+    let t = parse_time(s, layout).ok()?;
+    Some(if t.is_zero() {
+        Value::Null
+    } else {
+        Value::String(t.format_utc(layout))
+    })
 }
 
 /// The first error converting `object` (an ApplyConfiguration's merged
@@ -660,292 +691,6 @@ fn base64_error(src: &[u8]) -> Option<usize> {
         }
     }
     None
-}
-
-/// One element of a `time.Parse` layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Elem {
-    Lit(&'static str),
-    /// `2006`
-    Year,
-    /// `01`
-    Month,
-    /// `02`
-    Day,
-    /// `15`
-    Hour,
-    /// `04`
-    Minute,
-    /// `05`
-    Second,
-    /// `.000000`
-    Micros,
-    /// `Z07:00`
-    Zone,
-}
-
-struct Layout {
-    text: &'static str,
-    /// Whether six fraction digits follow the seconds.
-    micros: bool,
-}
-
-impl Layout {
-    fn elems(&self) -> impl Iterator<Item = Elem> + '_ {
-        const DATE_TIME: [Elem; 11] = [
-            Elem::Year,
-            Elem::Lit("-"),
-            Elem::Month,
-            Elem::Lit("-"),
-            Elem::Day,
-            Elem::Lit("T"),
-            Elem::Hour,
-            Elem::Lit(":"),
-            Elem::Minute,
-            Elem::Lit(":"),
-            Elem::Second,
-        ];
-        DATE_TIME
-            .into_iter()
-            .chain(self.micros.then_some(Elem::Micros))
-            .chain([Elem::Zone])
-    }
-}
-
-/// `time.RFC3339`, metav1.Time's layout.
-static RFC3339: Layout = Layout {
-    text: "2006-01-02T15:04:05Z07:00",
-    micros: false,
-};
-
-/// metav1.RFC3339Micro, metav1.MicroTime's layout.
-static RFC3339_MICRO: Layout = Layout {
-    text: "2006-01-02T15:04:05.000000Z07:00",
-    micros: true,
-};
-
-impl Elem {
-    fn text(self) -> &'static str {
-        match self {
-            Elem::Lit(s) => s,
-            Elem::Year => "2006",
-            Elem::Month => "01",
-            Elem::Day => "02",
-            Elem::Hour => "15",
-            Elem::Minute => "04",
-            Elem::Second => "05",
-            Elem::Micros => ".000000",
-            Elem::Zone => "Z07:00",
-        }
-    }
-}
-
-/// `time.Parse` failures: the element could not be read, or read out of range.
-enum ElemError {
-    Bad,
-    Range(&'static str),
-}
-
-/// Go's `getnum`: one or two digits (two when `fixed`).
-fn getnum(s: &[u8], fixed: bool) -> Result<(i64, &[u8]), ElemError> {
-    let digit = |i: usize| {
-        s.get(i)
-            .filter(|b| b.is_ascii_digit())
-            .map(|b| i64::from(b - b'0'))
-    };
-    let first = digit(0).ok_or(ElemError::Bad)?;
-    match digit(1) {
-        Some(second) => Ok((first * 10 + second, &s[2..])),
-        None if fixed => Err(ElemError::Bad),
-        None => Ok((first, &s[1..])),
-    }
-}
-
-/// Go's `atoi`: an optional sign and decimal digits, nothing else (as
-/// Rust parses an `i64`).
-fn atoi(s: &[u8]) -> Option<i64> {
-    std::str::from_utf8(s).ok()?.parse().ok()
-}
-
-/// Reads one element from `value`; the rest of it, and the fields read.
-fn parse_elem<'v>(elem: Elem, value: &'v [u8], date: &mut [i64; 3]) -> Result<&'v [u8], ElemError> {
-    match elem {
-        Elem::Lit(_) => Ok(value),
-        Elem::Year => {
-            if value.len() < 4 || !value[0].is_ascii_digit() {
-                return Err(ElemError::Bad);
-            }
-            date[0] = atoi(&value[..4]).ok_or(ElemError::Bad)?;
-            Ok(&value[4..])
-        }
-        Elem::Month => {
-            let (month, rest) = getnum(value, true)?;
-            if !(1..=12).contains(&month) {
-                return Err(ElemError::Range("month"));
-            }
-            date[1] = month;
-            Ok(rest)
-        }
-        Elem::Day => {
-            let (day, rest) = getnum(value, true)?;
-            date[2] = day;
-            Ok(rest)
-        }
-        Elem::Hour => {
-            let (hour, rest) = getnum(value, false)?;
-            if hour >= 24 {
-                return Err(ElemError::Range("hour"));
-            }
-            Ok(rest)
-        }
-        Elem::Minute => {
-            let (minute, rest) = getnum(value, true)?;
-            if minute >= 60 {
-                return Err(ElemError::Range("minute"));
-            }
-            Ok(rest)
-        }
-        Elem::Second => {
-            let (second, rest) = getnum(value, true)?;
-            if second >= 60 {
-                return Err(ElemError::Range("second"));
-            }
-            Ok(rest)
-        }
-        Elem::Micros => {
-            if value.len() < 7 {
-                return Err(ElemError::Bad);
-            }
-            fraction(value, 7)?;
-            Ok(&value[7..])
-        }
-        Elem::Zone => {
-            if value.first() == Some(&b'Z') {
-                return Ok(&value[1..]);
-            }
-            if value.len() < 6 || value[3] != b':' {
-                return Err(ElemError::Bad);
-            }
-            let (hour, _) = getnum(&value[1..3], true)?;
-            let (minute, _) = getnum(&value[4..6], true)?;
-            // A range error is told before a bad sign.
-            if minute > 60 {
-                return Err(ElemError::Range("time zone offset minute"));
-            }
-            if hour > 24 {
-                return Err(ElemError::Range("time zone offset hour"));
-            }
-            if !matches!(value[0], b'+' | b'-') {
-                return Err(ElemError::Bad);
-            }
-            Ok(&value[6..])
-        }
-    }
-}
-
-/// Go's `parseNanoseconds` of `value[..n]` (a period or comma, then digits).
-fn fraction(value: &[u8], n: usize) -> Result<(), ElemError> {
-    if !matches!(value.first(), Some(b'.' | b',')) {
-        return Err(ElemError::Bad);
-    }
-    let n = n.min(10);
-    match atoi(&value[1..n]) {
-        None => Err(ElemError::Bad),
-        Some(ns) if ns < 0 => Err(ElemError::Range("fractional second")),
-        Some(_) => Ok(()),
-    }
-}
-
-/// `time.Parse(layout, s)`'s error message, if it fails.
-fn time_parse_error(s: &str, layout: &Layout) -> Option<String> {
-    let whole = s.as_bytes();
-    let mut value = whole;
-    let mut date = [0i64; 3];
-    let cannot = |value_elem: &[u8], layout_elem: &str| {
-        format!(
-            "parsing time {} as {}: cannot parse {} as {}",
-            time_quote(whole),
-            time_quote(layout.text.as_bytes()),
-            time_quote(value_elem),
-            time_quote(layout_elem.as_bytes())
-        )
-    };
-    let range = |what: &str| format!("parsing time {}: {what} out of range", time_quote(whole));
-    for elem in layout.elems() {
-        if let Elem::Lit(lit) = elem {
-            for &b in lit.as_bytes() {
-                match value.split_first() {
-                    Some((&first, rest)) if first == b => value = rest,
-                    _ => return Some(cannot(value, lit)),
-                }
-            }
-            continue;
-        }
-        let hold = value;
-        match parse_elem(elem, value, &mut date) {
-            Ok(rest) => value = rest,
-            Err(ElemError::Bad) => return Some(cannot(hold, elem.text())),
-            Err(ElemError::Range(what)) => return Some(range(what)),
-        }
-        // A fraction after the seconds is read even when the layout has
-        // none (unless the layout's own fraction comes next).
-        if elem == Elem::Second
-            && !layout.micros
-            && value.len() >= 2
-            && matches!(value[0], b'.' | b',')
-            && value[1].is_ascii_digit()
-        {
-            let n = 2 + value[2..].iter().take_while(|b| b.is_ascii_digit()).count();
-            if let Err(err) = fraction(value, n) {
-                return Some(match err {
-                    ElemError::Bad => cannot(hold, elem.text()),
-                    ElemError::Range(what) => range(what),
-                });
-            }
-            value = &value[n..];
-        }
-    }
-    if !value.is_empty() {
-        return Some(format!(
-            "parsing time {}: extra text: {}",
-            time_quote(whole),
-            time_quote(value)
-        ));
-    }
-    let [year, month, day] = date;
-    if day < 1 || day > days_in(month, year) {
-        return Some(range("day"));
-    }
-    None
-}
-
-fn days_in(month: i64, year: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// The time package's `quote`: bytes outside printable ASCII as `\xNN`.
-fn time_quote(s: &[u8]) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for &b in s {
-        match b {
-            b'"' | b'\\' => {
-                out.push('\\');
-                out.push(b as char);
-            }
-            0x20..=0x7f => out.push(b as char),
-            _ => {
-                let _ = write!(out, "\\x{b:02x}");
-            }
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use super::go_decode::{table, GoType, Kind, StructDef, Table};
+use super::go_decode::{self, table, GoType, Kind, StructDef, Table};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
 
@@ -125,12 +125,14 @@ impl Walk<'_> {
                 }
                 return true;
             }
-            // A scalar that is null or zero in an `omitempty` field is left out.
+            // A time comes back in UTC, the zero time as null.
+            changed |= self.value(ty, child, depth + 1);
+            // A scalar that is null or zero in an `omitempty` field is left
+            // out, and a zero time in an `omitzero` one.
             if zero.omit.contains(key.as_str()) && (child.is_null() || is_zero(child)) {
                 changed = true;
                 return false;
             }
-            changed |= self.value(ty, child, depth + 1);
             true
         });
         changed
@@ -151,6 +153,24 @@ impl Walk<'_> {
                 for child in m.values_mut() {
                     changed |= self.element(elem, child, depth + 1);
                 }
+                changed
+            }
+            (Kind::Quantity, v) => match go_decode::quantity_round_trip(v) {
+                Some(text) if v.as_str() != Some(text.as_str()) => {
+                    *v = Value::String(text);
+                    true
+                }
+                _ => false,
+            },
+            (Kind::Time | Kind::MicroTime, v) => {
+                let Some(encoded) = v
+                    .as_str()
+                    .and_then(|s| go_decode::time_round_trip(&ty.kind, s))
+                else {
+                    return false;
+                };
+                let changed = *v != encoded;
+                *v = encoded;
                 changed
             }
             _ => false,
@@ -198,6 +218,8 @@ impl Walk<'_> {
 fn zero_scalar(kind: &Kind) -> Option<Value> {
     match kind {
         Kind::String => Some(Value::String(String::new())),
+        // `Quantity{}.MarshalJSON`.
+        Kind::Quantity => Some(Value::String("0".into())),
         Kind::Int32 | Kind::Int64 | Kind::Float64 => Some(Value::from(0)),
         Kind::Bool => Some(Value::Bool(false)),
         _ => None,
@@ -257,6 +279,37 @@ mod tests {
         assert_eq!(
             object,
             json!({"spec": {"containers": [{"name": ""}, {"name": ""}]}})
+        );
+    }
+
+    /// maporacle's answers (k8s.io/apiserver v0.36.2) for a JSONPatch
+    /// writing these quantities and times.
+    #[test]
+    fn quantities_and_times_encode_in_their_own_form() {
+        let (object, changed) = round_trip(
+            json!({"metadata": {"creationTimestamp": "2020-01-02T03:04:05.123+02:00",
+                                "deletionTimestamp": "0001-01-01T01:00:00+01:00"},
+                   "spec": {"overhead": {"cpu": 2.5, "memory": "1.5Gi", "a": "012", "b": null, "c": 1000},
+                            "containers": [{"name": "c", "resources": {"limits": {"cpu": "1000m"}}}]}}),
+            "io.k8s.api.core.v1.Pod",
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({"metadata": {"creationTimestamp": "2020-01-02T01:04:05Z", "deletionTimestamp": null},
+                   "spec": {"overhead": {"cpu": "2500m", "memory": "1536Mi", "a": "012", "b": "0", "c": "1k"},
+                            "containers": [{"name": "c", "resources": {"limits": {"cpu": "1"}}}]}})
+        );
+        let canonical = json!({"spec": {"overhead": {"cpu": "2e3"}}, "metadata": {"creationTimestamp": "2020-01-02T01:04:05Z"}});
+        assert_eq!(
+            round_trip(canonical.clone(), "io.k8s.api.core.v1.Pod"),
+            (canonical, false)
+        );
+        // Values that do not decode are the decoder's to report.
+        let bad = json!({"spec": {"overhead": {"cpu": "lots"}}, "metadata": {"creationTimestamp": "today"}});
+        assert_eq!(
+            round_trip(bad.clone(), "io.k8s.api.core.v1.Pod"),
+            (bad, false)
         );
     }
 

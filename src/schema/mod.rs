@@ -11,6 +11,7 @@ mod builtin;
 mod crd;
 mod go_decode;
 mod go_round_trip;
+mod go_time;
 
 pub(crate) mod model;
 pub mod subtree;

@@ -130,6 +130,13 @@ pub(crate) fn parse_error(s: &str) -> Option<&'static str> {
     amount::parse_quantity(s).err().map(AmountError::message)
 }
 
+/// `Quantity.MarshalJSON` after `ParseQuantity(s)`: the string as given
+/// when it is canonical, otherwise the canonical form; `None` when `s`
+/// does not parse.
+pub(crate) fn marshaled(s: &str) -> Option<String> {
+    amount::parse_quantity(s).ok().map(|mut q| q.string())
+}
+
 fn is_quantity(s: &CelString<'_>) -> CelBool {
     CelBool::from(amount::parse_quantity(s.inner()).is_ok())
 }
