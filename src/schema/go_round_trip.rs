@@ -155,6 +155,16 @@ impl Walk<'_> {
                 }
                 changed
             }
+            // Only an ApplyConfiguration's result gets here out of range
+            // (JSON decoding refuses it): FromUnstructured sets the int64
+            // into the int32, which wraps.
+            (Kind::Int32, Value::Number(n)) => match n.as_i64() {
+                Some(i) if i32::try_from(i).is_err() => {
+                    *n = (i as i32).into();
+                    true
+                }
+                _ => false,
+            },
             (Kind::Quantity, v) => match go_decode::quantity_round_trip(v) {
                 Some(text) if v.as_str() != Some(text.as_str()) => {
                     *v = Value::String(text);
@@ -304,6 +314,16 @@ mod tests {
         assert_eq!(
             round_trip(canonical.clone(), "io.k8s.api.core.v1.Pod"),
             (canonical, false)
+        );
+        // An int32 out of range wraps (FromUnstructured).
+        let (object, changed) = round_trip(
+            json!({"spec": {"replicas": 3_000_000_000_i64, "minReadySeconds": -2_147_483_649_i64, "revisionHistoryLimit": 7}}),
+            "io.k8s.api.apps.v1.Deployment",
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({"spec": {"replicas": -1_294_967_296, "minReadySeconds": 2_147_483_647, "revisionHistoryLimit": 7}})
         );
         // Values that do not decode are the decoder's to report.
         let bad = json!({"spec": {"overhead": {"cpu": "lots"}}, "metadata": {"creationTimestamp": "today"}});
