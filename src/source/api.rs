@@ -16,7 +16,7 @@
 //! once, so `/readyz` turns ready only after the first full sync.
 
 use super::report::{Reason, Reporter, Verdict};
-use super::store::{expand_spec, ObjectStore};
+use super::store::{expand_spec, str_at, ObjectStore};
 use super::{PolicyInputs, Snapshot, Source};
 use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, SourceRef};
 use crate::cel::CelEnvironment;
@@ -107,10 +107,13 @@ pub struct ApiSource {
     /// The policies of the last build, converted and compiled, by
     /// [`name_and_version`].
     compiled: Mutex<FastMap<(String, String), CompiledOrInvalid>>,
-    /// The bindings of the last build, converted, by [`name_and_version`].
-    converted_bindings: Mutex<FastMap<(String, String), Result<Binding, String>>>,
     /// Verdicts of bindings (which fail only to convert).
     binding_verdicts: Mutex<VerdictMap>,
+    /// What the last build read of each object, by the object's address
+    /// in its store: an object the watch did not replace since is taken
+    /// as it was, without reading it again (one policy changing among
+    /// 10,000 costs one, not 10,000 lookups by name and version).
+    read: Mutex<LastRead>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -236,8 +239,8 @@ impl ApiSource {
             built: Mutex::default(),
             verdicts: Mutex::default(),
             compiled: Mutex::default(),
-            converted_bindings: Mutex::default(),
             binding_verdicts: Mutex::default(),
+            read: Mutex::default(),
             tasks: Mutex::default(),
             reporter: Reporter::new(client.clone()),
         })
@@ -320,71 +323,91 @@ impl ApiSource {
         if let Some(b) = built.as_ref().filter(|b| b.generations == generations) {
             return (b.inputs.clone(), b.param_kinds.clone());
         }
+        let mut last = lock(&self.read);
         let mut inputs = PolicyInputs::default();
         // What each policy's bindings are told about it.
         let mut states: FastMap<String, PolicyState> = FastMap::default();
         let objects = self.policies.objects();
-        let compiled = self.compile_new_policies(&objects);
+        let fresh: Vec<Arc<Value>> = objects
+            .iter()
+            .filter(|o| !last.policies.contains_key(&address(o)))
+            .cloned()
+            .collect();
+        let mut compiled = self.compile_new_policies(&fresh).into_iter();
         let mut verdicts = Verdicts::new(&self.verdicts, &self.reporter, POLICIES);
-        for (object, converted) in objects.iter().zip(compiled) {
-            let (name, _) = name_and_version(object);
-            let verdict = verdicts.of(object, "", || match &converted {
-                Ok(policy) => compile_verdict(policy),
-                Err(e) => {
-                    tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
-                    Verdict::invalid(format!("policy {name:?} skipped: {e}"))
+        let mut read = FastMap::with_capacity_and_hasher(objects.len(), Default::default());
+        for object in &objects {
+            let entry = match last.policies.remove(&address(object)) {
+                Some(entry) => entry,
+                None => {
+                    let converted = compiled.next().unwrap_or_else(|| Err("not read".into()));
+                    read_policy(object, converted, &mut verdicts)
                 }
-            });
-            inputs.problems.extend(verdict.problem.iter().cloned());
-            let state = match (&converted, verdict.reason) {
-                (Err(_), _) => PolicyState::Invalid,
-                (Ok(_), Reason::CompileError) => PolicyState::DoesNotCompile,
-                (Ok(_), _) => PolicyState::Compiled,
             };
-            states.insert(name, state);
-            if let Ok(policy) = converted {
-                inputs.policies.push(policy);
+            inputs.problems.extend(entry.problem.iter().cloned());
+            states.insert(entry.key.0.clone(), entry.state);
+            if let Ok(policy) = &entry.converted {
+                inputs.policies.push(policy.clone());
             }
+            read.insert(address(object), entry);
         }
+        last.policies = read;
         drop(verdicts);
         let mut verdicts = Verdicts::new(&self.binding_verdicts, &self.reporter, BINDINGS);
-        // Bindings are converted when new (by uid and generation), as policies.
-        let mut known = lock(&self.converted_bindings);
-        let mut next = FastMap::default();
-        for object in self.bindings.objects() {
-            let key = name_and_version(&object);
-            let name = key.0.clone();
-            let converted = known
-                .remove(&key)
-                .or_else(|| next.get(&key).cloned())
-                .unwrap_or_else(|| {
-                    binding_from_json(&as_admission(&object), source_of(BINDINGS, &name))
-                        .map_err(|e| e.to_string())
-                });
-            next.insert(key, converted.clone());
-            let policy_name = converted
-                .as_ref()
-                .map(|b| b.policy_name.clone())
-                .unwrap_or_default();
+        let objects = self.bindings.objects();
+        let mut read = FastMap::with_capacity_and_hasher(objects.len(), Default::default());
+        for object in &objects {
+            let mut entry = last
+                .bindings
+                .remove(&address(object))
+                .unwrap_or_else(|| read_binding(object));
             let state = states
-                .get(&policy_name)
+                .get(entry.policy_name())
                 .copied()
                 .unwrap_or(PolicyState::Missing);
-            let verdict = verdicts.of(&object, state.key(), || match &converted {
-                Ok(_) => Verdict::binding_of(&policy_name, state.reason()),
-                Err(e) => {
-                    tracing::warn!(binding = %name, reason = %e, "binding skipped: invalid");
-                    Verdict::invalid(format!("binding {name:?} skipped: {e}"))
-                }
-            });
-            match converted {
-                Ok(binding) => inputs.bindings.push(binding),
-                Err(_) => inputs.problems.extend(verdict.problem),
+            // A binding's verdict also tells its policy's state.
+            if entry.judged_in != Some(state) {
+                let verdict = verdicts.of(object, state.key(), || match &entry.converted {
+                    Ok(b) => Verdict::binding_of(&b.policy_name, state.reason()),
+                    Err(e) => {
+                        let name = str_at(object, "/metadata/name").unwrap_or_default();
+                        tracing::warn!(binding = %name, reason = %e, "binding skipped: invalid");
+                        Verdict::invalid(format!("binding {name:?} skipped: {e}"))
+                    }
+                });
+                entry.judged_in = Some(state);
+                entry.problem = verdict.problem;
             }
+            match &entry.converted {
+                Ok(binding) => inputs.bindings.push(binding.clone()),
+                Err(_) => inputs.problems.extend(entry.problem.iter().cloned()),
+            }
+            read.insert(address(object), entry);
         }
-        *known = next;
-        drop(known);
+        last.bindings = read;
         drop(verdicts);
+        // What objects no longer in the stores left in the caches by name
+        // and version, once they outgrow the objects (not on every build,
+        // which would read every key again).
+        let policy_keys = || last.policies.values().map(|e| &e.key);
+        prune(&mut lock(&self.compiled), policy_keys, |k| k.clone());
+        prune(&mut lock(&self.verdicts), policy_keys, |k| {
+            verdict_key(k, "")
+        });
+        let mut known = lock(&self.binding_verdicts);
+        if known.len() > 2 * last.bindings.len() + PRUNE_SLACK {
+            let live: FastSet<(String, String)> = last
+                .bindings
+                .values()
+                .filter_map(|e| {
+                    let key = name_and_version(&e.object);
+                    Some(verdict_key(&key, e.judged_in?.key()))
+                })
+                .collect();
+            known.retain(|k, _| live.contains(k));
+        }
+        drop(known);
+        drop(last);
         let param_kinds = param_kinds(&inputs.policies, &inputs.bindings);
         let inputs = Arc::new(inputs);
         *built = Some(Built {
@@ -395,10 +418,10 @@ impl ApiSource {
         (inputs, param_kinds)
     }
 
-    /// Each of `objects` converted and compiled: taken from the last build
-    /// when the same object (uid and generation) was there, else converted
-    /// and compiled now, the new ones together on several threads, so that
-    /// one policy changing among thousands compiles that one alone.
+    /// Each of `objects` converted and compiled: taken from an earlier
+    /// build when the same object (uid and generation) was there (a relist,
+    /// a status update), else converted and compiled now, the new ones
+    /// together on several threads.
     fn compile_new_policies(&self, objects: &[Arc<Value>]) -> Vec<CompiledOrInvalid> {
         let mut known = lock(&self.compiled);
         let keys: Vec<(String, String)> = objects.iter().map(|o| name_and_version(o)).collect();
@@ -420,28 +443,21 @@ impl ApiSource {
             }
         }
         let compiled = compile_policies(&CelEnvironment::shared(), fresh_policies);
-        let mut fresh: HashMap<(String, String), CompiledOrInvalid> = fresh_keys
-            .into_iter()
-            .zip(compiled)
-            .map(|(k, (c, _))| (k, Ok(Arc::new(c))))
-            .chain(invalid.into_iter().map(|(k, e)| (k, Err(e))))
-            .collect();
-        let mut next = FastMap::with_capacity_and_hasher(keys.len(), Default::default());
-        let results = keys
-            .into_iter()
+        known.extend(
+            fresh_keys
+                .into_iter()
+                .zip(compiled)
+                .map(|(k, (c, _))| (k, Ok(Arc::new(c))))
+                .chain(invalid.into_iter().map(|(k, e)| (k, Err(e)))),
+        );
+        keys.into_iter()
             .map(|key| {
-                let entry = known
-                    .remove(&key)
-                    .or_else(|| fresh.remove(&key))
-                    .or_else(|| next.get(&key).cloned())
-                    .unwrap_or_else(|| Err("not read".to_string()));
-                next.insert(key, entry.clone());
-                entry
+                known
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_else(|| Err("not read".to_string()))
             })
-            .collect();
-        // Policies gone since the last build are forgotten.
-        *known = next;
-        results
+            .collect()
     }
 
     /// Starts a watch for each param kind newly in use, stops those no
@@ -483,15 +499,127 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 type VerdictMap = FastMap<(String, String), Verdict>;
 
+type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+/// How many more entries than live objects a cache by name and version
+/// holds before it is pruned.
+const PRUNE_SLACK: usize = 64;
+
+/// An object's place in its store, which stays while the watch does not
+/// replace the object (the entry holding it keeps the address from reuse).
+fn address(object: &Arc<Value>) -> usize {
+    Arc::as_ptr(object) as usize
+}
+
+/// What the last build read of the objects, by [`address`].
+#[derive(Default)]
+struct LastRead {
+    policies: FastMap<usize, PolicyRead>,
+    bindings: FastMap<usize, BindingRead>,
+}
+
+/// A policy object as a build read it.
+struct PolicyRead {
+    /// Holds the object, so that its address is not reused.
+    _object: Arc<Value>,
+    /// [`name_and_version`].
+    key: (String, String),
+    converted: CompiledOrInvalid,
+    state: PolicyState,
+    problem: Option<String>,
+}
+
+/// A binding object as a build read it.
+struct BindingRead {
+    /// Holds the object, so that its address is not reused.
+    object: Arc<Value>,
+    converted: Result<Binding, String>,
+    /// The state of its policy its verdict was judged in.
+    judged_in: Option<PolicyState>,
+    problem: Option<String>,
+}
+
+/// A policy object read: converted and compiled (`converted`), judged.
+fn read_policy(
+    object: &Arc<Value>,
+    converted: CompiledOrInvalid,
+    verdicts: &mut Verdicts<'_>,
+) -> PolicyRead {
+    let key = name_and_version(object);
+    let name = &key.0;
+    let verdict = verdicts.of(object, "", || match &converted {
+        Ok(policy) => compile_verdict(policy),
+        Err(e) => {
+            tracing::warn!(policy = %name, reason = %e, "policy skipped: invalid");
+            Verdict::invalid(format!("policy {name:?} skipped: {e}"))
+        }
+    });
+    let state = match (&converted, verdict.reason) {
+        (Err(_), _) => PolicyState::Invalid,
+        (Ok(_), Reason::CompileError) => PolicyState::DoesNotCompile,
+        (Ok(_), _) => PolicyState::Compiled,
+    };
+    PolicyRead {
+        _object: object.clone(),
+        key,
+        converted,
+        state,
+        problem: verdict.problem,
+    }
+}
+
+/// A binding object read: converted (cheap: unlike a policy, nothing
+/// compiles); its verdict is judged by the caller, which knows the
+/// policy's state.
+fn read_binding(object: &Arc<Value>) -> BindingRead {
+    let name = str_at(object, "/metadata/name").unwrap_or_default();
+    BindingRead {
+        object: object.clone(),
+        converted: binding_from_json(&as_admission(object), source_of(BINDINGS, name))
+            .map_err(|e| e.to_string()),
+        judged_in: None,
+        problem: None,
+    }
+}
+
+impl BindingRead {
+    /// `spec.policyName` ("" when the binding does not convert).
+    fn policy_name(&self) -> &str {
+        self.converted
+            .as_ref()
+            .map(|b| b.policy_name.as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// The key of a verdict on the object of `key` in `context`.
+fn verdict_key(key: &(String, String), context: &str) -> (String, String) {
+    (key.0.clone(), format!("{}/{context}", key.1))
+}
+
+/// Drops from `cache` what no live object's key names, once it holds more
+/// than [`PRUNE_SLACK`] entries beyond twice the live objects.
+fn prune<'k, V, I: Iterator<Item = &'k (String, String)>>(
+    cache: &mut FastMap<(String, String), V>,
+    live: impl Fn() -> I,
+    cache_key: impl Fn(&(String, String)) -> (String, String),
+) {
+    let count = live().count();
+    if cache.len() <= 2 * count + PRUNE_SLACK {
+        return;
+    }
+    let keep: FastSet<(String, String)> = live().map(cache_key).collect();
+    cache.retain(|k, _| keep.contains(k));
+}
+
 /// One pass over the policies (or bindings) of a build: each object's
 /// verdict is judged, and reported on the object, once per generation (and
 /// context: a binding's verdict also depends on its policy's); verdicts of
-/// objects gone since the last pass are forgotten when it ends.
+/// objects gone are pruned with the other caches by name and version.
 struct Verdicts<'s> {
     known: std::sync::MutexGuard<'s, VerdictMap>,
     reporter: &'s Reporter,
     plural: &'static str,
-    seen: std::collections::HashSet<(String, String), foldhash::fast::RandomState>,
 }
 
 impl<'s> Verdicts<'s> {
@@ -500,7 +628,6 @@ impl<'s> Verdicts<'s> {
             known: lock(known),
             reporter,
             plural,
-            seen: Default::default(),
         }
     }
 
@@ -509,7 +636,6 @@ impl<'s> Verdicts<'s> {
     fn of(&mut self, object: &Value, context: &str, judge: impl FnOnce() -> Verdict) -> Verdict {
         let (name, version) = name_and_version(object);
         let key = (name, format!("{version}/{context}"));
-        self.seen.insert(key.clone());
         if let Some(verdict) = self.known.get(&key) {
             return verdict.clone();
         }
@@ -517,13 +643,6 @@ impl<'s> Verdicts<'s> {
         self.reporter.verdict(object, self.plural, &verdict);
         self.known.insert(key, verdict.clone());
         verdict
-    }
-}
-
-impl Drop for Verdicts<'_> {
-    fn drop(&mut self) {
-        let seen = &self.seen;
-        self.known.retain(|k, _| seen.contains(k));
     }
 }
 
