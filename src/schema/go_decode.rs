@@ -470,10 +470,15 @@ fn time_error(kind: &Kind, s: &str) -> Result<(), GoDecodeError> {
 
 /// What a `metav1.Time` or `metav1.MicroTime` (`kind`) decoded from the
 /// string `s` encodes again: the instant in UTC, null for the zero time;
-/// `None` when it does not decode.
+/// `None` when it does not decode. A time whose year in UTC is outside
+/// 0000-9999 is left as written: upstream writes it with five digits or a
+/// sign, which kube-apiserver cannot read back, so a webhook answering
+/// that would fail the request where the built-in plugin, which never
+/// re-reads it, admits it; as written, the apiserver decodes the same
+/// instant and stores what the plugin would.
 pub(super) fn time_round_trip(kind: &Kind, s: &str) -> Option<Value> {
     let layout = time_layout(kind);
-    let t = parse_time(s, layout).ok()?;
+    let t = parse_time(s, layout).ok().filter(|t| t.year_parses())?;
     Some(if t.is_zero() {
         Value::Null
     } else {

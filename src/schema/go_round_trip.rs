@@ -315,6 +315,13 @@ mod tests {
             round_trip(canonical.clone(), "io.k8s.api.core.v1.Pod"),
             (canonical, false)
         );
+        // A time whose UTC year kube-apiserver could not read back stays
+        // as written (go_decode::time_round_trip).
+        let far = json!({"metadata": {"creationTimestamp": "9999-12-31T23:59:59-05:00"}});
+        assert_eq!(
+            round_trip(far.clone(), "io.k8s.api.core.v1.Pod"),
+            (far, false)
+        );
         // An int32 out of range wraps (FromUnstructured).
         let (object, changed) = round_trip(
             json!({"spec": {"replicas": 3_000_000_000_i64, "minReadySeconds": -2_147_483_649_i64, "revisionHistoryLimit": 7}}),

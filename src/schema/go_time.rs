@@ -350,6 +350,14 @@ impl GoTime {
         self.seconds == ZERO_SECONDS && self.nanos == 0
     }
 
+    /// Whether `t.UTC().Format` writes a year `time.Parse` reads back
+    /// (0000 to 9999): kube-apiserver cannot decode a time it encoded
+    /// outside them (a 500 for the request).
+    pub(super) fn year_parses(self) -> bool {
+        let (year, _, _) = civil_from_days(self.seconds.div_euclid(86_400));
+        (0..=9999).contains(&year)
+    }
+
     /// `t.UTC().Format(layout)`.
     pub(super) fn format_utc(self, layout: &Layout) -> String {
         let days = self.seconds.div_euclid(86_400);
@@ -433,6 +441,11 @@ mod tests {
             Some("2020-01-02T01:04:05.123456Z")
         );
         assert_eq!(utc("2020-01-02", &RFC3339), None);
+        let year_parses = |s: &str| parse_time(s, &RFC3339).map(GoTime::year_parses);
+        assert_eq!(year_parses("9999-12-31T23:59:59-05:00"), Ok(false));
+        assert_eq!(year_parses("0000-01-01T00:00:00+01:00"), Ok(false));
+        assert_eq!(year_parses("0000-01-01T00:00:00Z"), Ok(true));
+        assert_eq!(year_parses("9999-12-31T23:59:59Z"), Ok(true));
     }
 
     #[test]
