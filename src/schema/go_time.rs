@@ -140,30 +140,9 @@ fn parse_elem<'v>(elem: Elem, value: &'v [u8], t: &mut Fields) -> Result<&'v [u8
             t.day = day;
             Ok(rest)
         }
-        Elem::Hour => {
-            let (hour, rest) = getnum(value, false)?;
-            if hour >= 24 {
-                return Err(ElemError::Range("hour"));
-            }
-            t.hour = hour;
-            Ok(rest)
-        }
-        Elem::Minute => {
-            let (minute, rest) = getnum(value, true)?;
-            if minute >= 60 {
-                return Err(ElemError::Range("minute"));
-            }
-            t.minute = minute;
-            Ok(rest)
-        }
-        Elem::Second => {
-            let (second, rest) = getnum(value, true)?;
-            if second >= 60 {
-                return Err(ElemError::Range("second"));
-            }
-            t.second = second;
-            Ok(rest)
-        }
+        Elem::Hour => clock(value, false, 24, "hour", &mut t.hour),
+        Elem::Minute => clock(value, true, 60, "minute", &mut t.minute),
+        Elem::Second => clock(value, true, 60, "second", &mut t.second),
         Elem::Micros => {
             if value.len() < 7 {
                 return Err(ElemError::Bad);
@@ -195,6 +174,23 @@ fn parse_elem<'v>(elem: Elem, value: &'v [u8], t: &mut Fields) -> Result<&'v [u8
             Ok(&value[6..])
         }
     }
+}
+
+/// An hour, minute or second: `getnum`, then below `limit` (or Go's
+/// range error naming `what`), stored in `field`.
+fn clock<'v>(
+    value: &'v [u8],
+    fixed: bool,
+    limit: i64,
+    what: &'static str,
+    field: &mut i64,
+) -> Result<&'v [u8], ElemError> {
+    let (n, rest) = getnum(value, fixed)?;
+    if n >= limit {
+        return Err(ElemError::Range(what));
+    }
+    *field = n;
+    Ok(rest)
 }
 
 /// Go's `parseNanoseconds` of `value[..n]` (a period or comma, then

@@ -389,24 +389,24 @@ impl ApiSource {
         // What objects no longer in the stores left in the caches by name
         // and version, once they outgrow the objects (not on every build,
         // which would read every key again).
-        let policy_keys = || last.policies.values().map(|e| &e.key);
-        prune(&mut lock(&self.compiled), policy_keys, |k| k.clone());
-        prune(&mut lock(&self.verdicts), policy_keys, |k| {
-            verdict_key(k, "")
+        prune(&mut lock(&self.compiled), last.policies.len(), || {
+            last.policies.values().map(|e| e.key.clone())
         });
-        let mut known = lock(&self.binding_verdicts);
-        if known.len() > 2 * last.bindings.len() + PRUNE_SLACK {
-            let live: FastSet<(String, String)> = last
-                .bindings
-                .values()
-                .filter_map(|e| {
-                    let key = name_and_version(&e.object);
-                    Some(verdict_key(&key, e.judged_in?.key()))
+        prune(&mut lock(&self.verdicts), last.policies.len(), || {
+            last.policies.values().map(|e| verdict_key(&e.key, ""))
+        });
+        prune(
+            &mut lock(&self.binding_verdicts),
+            last.bindings.len(),
+            || {
+                last.bindings.values().filter_map(|e| {
+                    Some(verdict_key(
+                        &name_and_version(&e.object),
+                        e.judged_in?.key(),
+                    ))
                 })
-                .collect();
-            known.retain(|k, _| live.contains(k));
-        }
-        drop(known);
+            },
+        );
         drop(last);
         let param_kinds = param_kinds(&inputs.policies, &inputs.bindings);
         let inputs = Arc::new(inputs);
@@ -597,18 +597,18 @@ fn verdict_key(key: &(String, String), context: &str) -> (String, String) {
     (key.0.clone(), format!("{}/{context}", key.1))
 }
 
-/// Drops from `cache` what no live object's key names, once it holds more
-/// than [`PRUNE_SLACK`] entries beyond twice the live objects.
-fn prune<'k, V, I: Iterator<Item = &'k (String, String)>>(
+/// Drops from `cache` what none of the `live` objects' keys names, once
+/// it holds more than [`PRUNE_SLACK`] entries beyond twice their `count`
+/// (the keys are made only then).
+fn prune<V, I: Iterator<Item = (String, String)>>(
     cache: &mut FastMap<(String, String), V>,
-    live: impl Fn() -> I,
-    cache_key: impl Fn(&(String, String)) -> (String, String),
+    count: usize,
+    live: impl FnOnce() -> I,
 ) {
-    let count = live().count();
     if cache.len() <= 2 * count + PRUNE_SLACK {
         return;
     }
-    let keep: FastSet<(String, String)> = live().map(cache_key).collect();
+    let keep: FastSet<(String, String)> = live().collect();
     cache.retain(|k, _| keep.contains(k));
 }
 
@@ -634,8 +634,7 @@ impl<'s> Verdicts<'s> {
     /// The verdict on `object` in `context`: `judge`'s answer, asked only
     /// when this generation of the object (or its context) is new.
     fn of(&mut self, object: &Value, context: &str, judge: impl FnOnce() -> Verdict) -> Verdict {
-        let (name, version) = name_and_version(object);
-        let key = (name, format!("{version}/{context}"));
+        let key = verdict_key(&name_and_version(object), context);
         if let Some(verdict) = self.known.get(&key) {
             return verdict.clone();
         }
