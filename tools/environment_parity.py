@@ -525,9 +525,12 @@ PROBES = {
     ("resource-check-errored", "authorizer.group('apps').resource('deployments').name('x').check('update').errored()"),
     ("resource-check-error", "authorizer.group('apps').resource('deployments').check('update').error()"),
     ("subresource", "authorizer.group('').resource('pods').subresource('status').check('patch').allowed()"),
-    ("path-check", "authorizer.path('/healthz').check('get').allowed()"),
+    # a path and a verb no cluster's default RBAC grants (it allows /healthz
+    # to everyone, and the request's own create to its user), so that a live
+    # cluster answers as maporacle's deny-all authorizer does
+    ("path-check", "authorizer.path('/metrics').check('get').allowed()"),
     ("serviceaccount", "authorizer.serviceAccount('default', 'sa').group('').resource('pods').check('get').allowed()"),
-    ("requestresource-check", "authorizer.requestResource.check('create').allowed()"),
+    ("requestresource-check", "authorizer.requestResource.check('delete').allowed()"),
     ("requestresource-name", "authorizer.requestResource.name('other').check('get').allowed()"),
     ("fieldselector", "authorizer.group('').resource('pods').fieldSelector('spec.nodeName=n1').check('list').allowed()"),
     ("labelselector", "authorizer.group('').resource('pods').labelSelector('app=web').check('list').allowed()"),

@@ -12,7 +12,9 @@
 //!
 //! - the answer with the policies in force must equal the normalised
 //!   expectation, field for field (after [`without_volatile_metadata`] and
-//!   [`normalize`] on both);
+//!   [`normalize`] on both), or its second form: the apiserver's answer to
+//!   the baseline changed as the case changes its object
+//!   ([`changed_baseline`]), for defaults fixed before a policy's change;
 //! - when the case expects a change but its normalised expectation equals
 //!   the *baseline* (the request with its own object, no policy), the
 //!   apiserver discards the change by itself (metadata in a status update):
@@ -183,6 +185,69 @@ fn set_at(v: &mut Json, path: &[Step], value: Option<&Json>) {
     }
 }
 
+/// The other defaulting path: the apiserver's answer to the case's own
+/// object (`baseline`, defaulted before admission) changed as the case
+/// changes `object` into `expected`, for the apiserver to default again.
+///
+/// The apiserver defaults the incoming object before admission and the
+/// mutated object after each mutation. A default that depends on a field a
+/// mutation changes is fixed before the change when the mutation merges
+/// (an image's pull policy: `nginx:1.27` is `IfNotPresent`, and stays so
+/// when a policy makes the image `busybox`) and after it when the mutation
+/// replaces the whole (`busybox` alone is `Always`). The expected object
+/// sent by itself takes the second path; this takes the first.
+///
+/// Likewise a list the case only appends to is appended to as the
+/// apiserver has it: its own admission plugins run before the policies (a
+/// Pod's DefaultTolerationSeconds tolerations come first, a policy's
+/// appended toleration after them).
+pub fn changed_baseline(baseline: &Json, object: &Json, expected: &Json) -> Json {
+    let (before, after) = (normalize(object), normalize(expected));
+    let rebased: Vec<Change> = changes(&before, &after)
+        .into_iter()
+        .map(|(path, value)| {
+            let appended = match (&value, at(&before, &path), at(baseline, &path)) {
+                (Some(Json::Array(new)), prior, Some(Json::Array(base))) => {
+                    let prior: &[Json] = match prior {
+                        Some(Json::Array(p)) => p,
+                        None => &[],
+                        Some(_) => return (path, value),
+                    };
+                    let is_append =
+                        new.len() > prior.len() && prior.iter().zip(new).all(|(p, n)| same(p, n));
+                    is_append.then(|| {
+                        Json::Array(base.iter().chain(&new[prior.len()..]).cloned().collect())
+                    })
+                }
+                _ => None,
+            };
+            (path, appended.or(value))
+        })
+        .collect();
+    let mut changed = apply_changes(baseline, &rebased);
+    // What the apiserver sets on each request (the token mounts stay: a
+    // Pod update may not drop them).
+    drop_request_metadata(&mut changed);
+    changed
+}
+
+/// The metadata the apiserver sets anew on each request.
+const REQUEST_METADATA: [&str; 5] = [
+    "uid",
+    "creationTimestamp",
+    "managedFields",
+    "resourceVersion",
+    "generation",
+];
+
+fn drop_request_metadata(o: &mut Json) {
+    if let Some(m) = o.get_mut("metadata").and_then(Json::as_object_mut) {
+        for k in REQUEST_METADATA {
+            m.remove(k);
+        }
+    }
+}
+
 /// The ServiceAccount plugin's token volume ends in 5 random characters.
 const TOKEN_VOLUME: &str = "kube-api-access-";
 
@@ -200,17 +265,7 @@ pub fn without_volatile_metadata(object: &Json) -> Json {
     {
         replace_uid(&mut o, &uid);
     }
-    if let Some(m) = o.get_mut("metadata").and_then(Json::as_object_mut) {
-        for k in [
-            "uid",
-            "creationTimestamp",
-            "managedFields",
-            "resourceVersion",
-            "generation",
-        ] {
-            m.remove(k);
-        }
-    }
+    drop_request_metadata(&mut o);
     without_token_mounts(&mut o);
     o
 }
@@ -370,6 +425,60 @@ mod tests {
             compare(&object, &expected, &object, &object, &other),
             Verdict::Fail(_)
         ));
+    }
+
+    #[test]
+    fn the_merge_path_keeps_the_defaults_fixed_before_the_change() {
+        // kube-apiserver's SetDefaults_Container: a tagged image pulls
+        // IfNotPresent, an untagged one Always; defaulted before admission,
+        // the first stays when a policy changes the image in place.
+        let object = json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "image": "nginx:1.27"}]}});
+        let expected = json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "image": "busybox"}]}});
+        let baseline = json!({"metadata": {"name": "p", "uid": "u", "resourceVersion": "7",
+                "creationTimestamp": "2026-12-04T00:00:00Z", "managedFields": []},
+            "spec": {"containers": [{"name": "a", "image": "nginx:1.27",
+                "imagePullPolicy": "IfNotPresent"}]}});
+        assert_eq!(
+            changed_baseline(&baseline, &object, &expected),
+            json!({"metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "a", "image": "busybox",
+                    "imagePullPolicy": "IfNotPresent"}]}})
+        );
+        // An appended container goes after the ones the apiserver has.
+        let added = json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "image": "nginx:1.27"}, {"name": "b", "image": "busybox"}]}});
+        assert_eq!(
+            changed_baseline(&baseline, &object, &added)["spec"]["containers"],
+            json!([{"name": "a", "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent"},
+                {"name": "b", "image": "busybox"}])
+        );
+        // A list replaced, not appended to, is taken as the case has it.
+        let replaced = json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "b", "image": "busybox"}, {"name": "a", "image": "nginx:1.27"}]}});
+        assert_eq!(
+            changed_baseline(&baseline, &object, &replaced)["spec"]["containers"],
+            replaced["spec"]["containers"]
+        );
+    }
+
+    #[test]
+    fn a_list_the_case_appends_to_keeps_what_admission_added_first() {
+        // DefaultTolerationSeconds (an admission plugin before the policies)
+        // gives a Pod its not-ready toleration; the case's policy appends.
+        let object = json!({"spec": {"containers": [{"name": "a"}]}});
+        let expected = json!({"spec": {"containers": [{"name": "a"}],
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]}});
+        let baseline = json!({"spec": {"containers": [{"name": "a"}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 300}]}});
+        assert_eq!(
+            changed_baseline(&baseline, &object, &expected)["spec"]["tolerations"],
+            json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "dedicated", "operator": "Exists"}])
+        );
     }
 
     #[test]
