@@ -186,7 +186,7 @@ def rand_container(rng, name):
     return c
 
 
-def pod_spec(rng):
+def pod_spec(rng, in_template=False):
     spec = {"containers": [rand_container(rng, "app")]}
     if rng.random() < 0.3:
         spec["containers"].append(rand_container(rng, "helper"))
@@ -194,6 +194,10 @@ def pod_spec(rng):
         spec["nodeSelector"] = {"disk": rng.choice(["ssd", "hdd"])}
     if rng.random() < 0.2:
         spec["restartPolicy"] = rng.choice(["Always", "OnFailure"])
+        if in_template:
+            # a Deployment's pod template may only say Always (kube-apiserver's
+            # validation refuses the object before admission otherwise)
+            spec["restartPolicy"] = "Always"
     return spec
 
 
@@ -221,7 +225,7 @@ def rand_object(rng, kind, ns):
     elif kind == "Deployment":
         sel = {"app": name}
         spec = {"selector": {"matchLabels": sel},
-                "template": {"metadata": {"labels": dict(sel)}, "spec": pod_spec(rng)}}
+                "template": {"metadata": {"labels": dict(sel)}, "spec": pod_spec(rng, in_template=True)}}
         spec["replicas"] = rng.randint(1, 5)  # absent, the typed round trip would add replicas: 0
         obj["spec"] = spec
     elif kind == "Service":
@@ -916,7 +920,10 @@ def request_of(case):
     return {"operation": case["op"],
             "kind": {"group": g, "version": v, "kind": case["kind"]},
             "resource": {"group": g, "version": v, "resource": plural},
-            "name": case["object"]["metadata"]["name"], "namespace": case["ns"],
+            "name": case["object"]["metadata"]["name"],
+            # kube-apiserver names a Namespace's own request after it (its
+            # create handler sets namespace = name), not ""
+            "namespace": case["object"]["metadata"]["name"] if case["kind"] == "Namespace" else case["ns"],
             "userInfo": case["user"]}
 
 
@@ -1316,8 +1323,11 @@ def readme(args, stats, committed, failing, drops):
         "  writes those fields, and drops a case whose answer still has one it did not write. A pod",
         "  spec's deprecated `serviceAccount` (copied from `serviceAccountName`) would be removed.",
         "- Requests are given in full (kind, resource, namespace, name, operation, userInfo);",
-        "  a Namespace request has namespace `\"\"`, and a Namespace object carries its",
-        "  `kubernetes.io/metadata.name` label, as kube-apiserver's defaulting always sets it.",
+        "  a Namespace request's namespace is the Namespace's own name (kube-apiserver's create",
+        "  and update handlers set it so; its `namespaceObject` stays null), and a Namespace",
+        "  object carries its `kubernetes.io/metadata.name` label, as kube-apiserver's defaulting",
+        "  always sets it. A Deployment's pod template says `restartPolicy: Always` if anything",
+        "  (kube-apiserver refuses any other value before admission).",
         "- Order: upstream runs policies, and the params a selector lists, in no fixed order. A case",
         "  with more than one policy or a selector paramRef is labelled %d times with policies," % ORDER_RUNS,
         "  bindings and params reversed (every combination) and shuffled; if the answers differ it",
