@@ -137,8 +137,32 @@ pub fn decision_of(status: &authz::SubjectAccessReviewStatus) -> Decision {
     Decision {
         kind,
         reason: status.reason.clone().unwrap_or_default(),
-        error: status.evaluation_error.clone().filter(|e| !e.is_empty()),
+        error: status
+            .evaluation_error
+            .as_deref()
+            .map(authorizer_error)
+            .filter(|e| !e.is_empty()),
     }
+}
+
+/// What the SubjectAccessReview API appends to the authorizer's error when
+/// it could not parse a selector (upstream `BuildEvaluationError`). The
+/// built-in plugin hands the parse error to the authorizer, which ignores
+/// it: `.error()` there is the authorizer's error alone.
+const SELECTOR_PARSE_NOTES: [&str; 4] = [
+    "spec.resourceAttributes.fieldSelector ignored due to parse error",
+    "spec.resourceAttributes.fieldSelector partially ignored due to parse error",
+    "spec.resourceAttributes.labelSelector ignored due to parse error",
+    "spec.resourceAttributes.labelSelector partially ignored due to parse error",
+];
+
+/// The authorizer's own error in a review's `evaluationError`.
+fn authorizer_error(evaluation_error: &str) -> String {
+    let mut rest = evaluation_error;
+    while let Some(note) = SELECTOR_PARSE_NOTES.iter().find(|n| rest.ends_with(*n)) {
+        rest = rest[..rest.len() - note.len()].trim_end_matches("; ");
+    }
+    rest.to_string()
 }
 
 impl Authorizer for SubjectAccessReviewAuthorizer {
@@ -247,6 +271,15 @@ mod tests {
             json!({"allowed": false, "evaluationError": "boom"}),
         ));
         assert_eq!(d.kind, DecisionKind::NoOpinion);
+        assert_eq!(d.error.as_deref(), Some("boom"));
+        // What the API appends for a selector it cannot parse (upstream
+        // BuildEvaluationError) is not the authorizer's error.
+        let d = decision_of(&status(json!({"allowed": false, "evaluationError":
+            "spec.resourceAttributes.labelSelector ignored due to parse error"})));
+        assert_eq!(d.error, None);
+        let d = decision_of(&status(json!({"allowed": false, "evaluationError":
+            "boom; spec.resourceAttributes.fieldSelector partially ignored due to parse error; \
+             spec.resourceAttributes.labelSelector ignored due to parse error"})));
         assert_eq!(d.error.as_deref(), Some("boom"));
     }
 }
