@@ -745,12 +745,24 @@ impl PolicySet {
             };
             return (outcome, original);
         }
-        let mut prematch = prematch.filter(|p| p.bindings == self.bindings.len());
+        let mut prematch = prematch
+            .filter(|p| p.bindings == self.bindings.len())
+            .filter(|_| !request.reinvocation);
         // Only the bindings that can match the request's resource, in order.
-        let candidates = match &mut prematch {
+        let mut candidates = match &mut prematch {
             Some(p) => std::mem::take(&mut p.candidates),
             None => self.index.candidates(&request.resource.resource),
         };
+        // kube-apiserver calling the webhook again: upstream reinvokes its
+        // IfNeeded policies only.
+        if request.reinvocation {
+            candidates.retain(|&index| {
+                self.policies[self.bindings[index].1]
+                    .policy
+                    .reinvocation_policy
+                    == ReinvocationPolicy::IfNeeded
+            });
+        }
         let mut state = AdmissionState {
             attrs: request,
             request_json: None,

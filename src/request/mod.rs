@@ -105,6 +105,12 @@ pub struct AdmissionRequest {
     /// Operation options.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<Value>,
+    /// Whether this is kube-apiserver's reinvocation of the webhook for an
+    /// admission it already called it for (upstream's `IsReinvoke`): only
+    /// the `IfNeeded` policies run. Not part of the AdmissionReview; the
+    /// webhook tells it ([`crate::webhook::reinvocation`]).
+    #[serde(skip)]
+    pub reinvocation: bool,
 }
 
 /// Objects of one kind by (namespace, name).

@@ -10,6 +10,7 @@
 //! - [`server`]: the TLS listener, the routes, timeouts, draining;
 //! - [`tls`]: certificates (files re-read when they change, or self-signed);
 //! - [`metrics`]: the Prometheus metrics;
+//! - [`reinvocation`]: telling kube-apiserver's reinvocation from a new request;
 //! - [`client`]: a small HTTPS client, used by [`loadtest`] and the tests;
 //! - [`loadtest`]: `kmutate loadtest`;
 //! - [`cli`]: the `serve` and `loadtest` subcommands.
@@ -20,6 +21,7 @@ pub mod client;
 mod engine_tests;
 pub mod loadtest;
 pub mod metrics;
+pub mod reinvocation;
 pub mod review;
 pub mod server;
 pub mod tls;

@@ -22,6 +22,7 @@
 //! another Content-Type, or none, is answered 415.
 
 use super::metrics::{ErrorType, Metrics, RequestResult};
+use super::reinvocation::RequestIdentity;
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -192,6 +193,8 @@ struct Shared {
     engine: Arc<ArcSwapOption<Engine>>,
     metrics: Arc<Metrics>,
     timeout: Duration,
+    /// What kmutate answered with a change, to tell reinvocations.
+    reinvocations: super::reinvocation::ReinvocationMemory,
     shutting_down: AtomicBool,
     received: AtomicU64,
 }
@@ -257,6 +260,7 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         engine: Arc::new(ArcSwapOption::empty()),
         metrics: metrics.clone(),
         timeout: config.timeout,
+        reinvocations: Default::default(),
         shutting_down: AtomicBool::new(false),
         received: AtomicU64::new(0),
     });
@@ -1032,6 +1036,12 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         return reply(StatusCode::OK, "application/json", bytes);
     }
 
+    let mut review = review;
+    let identity = RequestIdentity::of(&review.request);
+    review.request.reinvocation = shared
+        .reinvocations
+        .is_reinvocation(identity, review.request.object.as_ref());
+
     // Evaluation runs here on the worker (handing it to another thread costs
     // more than most evaluations), stopped from inside at the deadline. One
     // that may wait on the network, or run many bindings, goes to the
@@ -1088,7 +1098,13 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     };
     let bytes = review::encode(version, &uid, &answer);
     metrics.observe_request(&operation, &resource, result, started.elapsed());
-    drop_after_reply(leftover);
+    match leftover {
+        // The object changed: kube-apiserver may call again with it.
+        Some(admitted) if matches!(result, RequestResult::Patched) => {
+            shared.reinvocations.remember(identity, Arc::new(admitted))
+        }
+        leftover => drop_after_reply(leftover),
+    }
     reply(StatusCode::OK, "application/json", bytes)
 }
 
