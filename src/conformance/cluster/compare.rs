@@ -197,38 +197,76 @@ fn set_at(v: &mut Json, path: &[Step], value: Option<&Json>) {
 /// replaces the whole (`busybox` alone is `Always`). The expected object
 /// sent by itself takes the second path; this takes the first.
 ///
-/// Likewise a list the case only appends to is appended to as the
-/// apiserver has it: its own admission plugins run before the policies (a
-/// Pod's DefaultTolerationSeconds tolerations come first, a policy's
-/// appended toleration after them).
+/// Likewise a list whose items keep their places is changed item by item,
+/// and what the case appends goes after what the apiserver has: its own
+/// admission plugins run before the policies (a Pod's
+/// DefaultTolerationSeconds tolerations come first, a policy's appended
+/// toleration after them; a container changed in place keeps its pull
+/// policy when the policy also appends a container).
 pub fn changed_baseline(baseline: &Json, object: &Json, expected: &Json) -> Json {
     let (before, after) = (normalize(object), normalize(expected));
-    let rebased: Vec<Change> = changes(&before, &after)
-        .into_iter()
-        .map(|(path, value)| {
-            let appended = match (&value, at(&before, &path), at(baseline, &path)) {
-                (Some(Json::Array(new)), prior, Some(Json::Array(base))) => {
-                    let prior: &[Json] = match prior {
-                        Some(Json::Array(p)) => p,
-                        None => &[],
-                        Some(_) => return (path, value),
-                    };
-                    let is_append =
-                        new.len() > prior.len() && prior.iter().zip(new).all(|(p, n)| same(p, n));
-                    is_append.then(|| {
-                        Json::Array(base.iter().chain(&new[prior.len()..]).cloned().collect())
-                    })
-                }
-                _ => None,
-            };
-            (path, appended.or(value))
-        })
-        .collect();
-    let mut changed = apply_changes(baseline, &rebased);
+    let mut changed = rebase(baseline, &before, &after);
     // What the apiserver sets on each request (the token mounts stay: a
     // Pod update may not drop them).
     drop_request_metadata(&mut changed);
     changed
+}
+
+/// `base` changed as `prior` changes into `new`: maps key by key, a list
+/// whose items keep their place item by item (its items the apiserver
+/// added after `prior`'s kept, and `new`'s extra items after them), any
+/// other change taken as `new` has it.
+fn rebase(base: &Json, prior: &Json, new: &Json) -> Json {
+    if same(prior, new) {
+        return base.clone();
+    }
+    match (base, prior, new) {
+        (Json::Object(b), Json::Object(p), Json::Object(n)) => {
+            let mut out = b.clone();
+            for k in p.keys().filter(|k| !n.contains_key(*k)) {
+                out.remove(k);
+            }
+            for (k, nv) in n {
+                let value = match (b.get(k), p.get(k)) {
+                    (Some(bv), Some(pv)) => rebase(bv, pv, nv),
+                    // What the case adds where the apiserver made a list
+                    // or a map already (a default, an admission plugin's).
+                    (Some(bv), None) => rebase(bv, &empty_like(nv), nv),
+                    (None, _) => nv.clone(),
+                };
+                out.insert(k.clone(), value);
+            }
+            Json::Object(out)
+        }
+        (Json::Array(b), Json::Array(p), Json::Array(n))
+            if n.len() >= p.len() && b.len() >= p.len() && keeps_places(p, n) =>
+        {
+            let mut out: Vec<Json> = (0..p.len()).map(|i| rebase(&b[i], &p[i], &n[i])).collect();
+            out.extend(b[p.len()..].iter().cloned());
+            out.extend(n[p.len()..].iter().cloned());
+            Json::Array(out)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// An empty list or map where `v` is one, else null.
+fn empty_like(v: &Json) -> Json {
+    match v {
+        Json::Array(_) => Json::Array(Vec::new()),
+        Json::Object(_) => Json::Object(Default::default()),
+        _ => Json::Null,
+    }
+}
+
+/// Whether `new` keeps `prior`'s items in their places: no item named
+/// otherwise (`name`, the key of most keyed lists) than the one it
+/// replaces.
+fn keeps_places(prior: &[Json], new: &[Json]) -> bool {
+    prior
+        .iter()
+        .zip(new)
+        .all(|(p, n)| p.get("name").is_none() || p.get("name") == n.get("name"))
 }
 
 /// The metadata the apiserver sets anew on each request.
@@ -460,6 +498,26 @@ mod tests {
         assert_eq!(
             changed_baseline(&baseline, &object, &replaced)["spec"]["containers"],
             replaced["spec"]["containers"]
+        );
+    }
+
+    #[test]
+    fn an_item_changed_in_place_keeps_its_defaults_when_the_list_also_grows() {
+        // One policy changes container a's image in place, another appends
+        // container b: a keeps the pull policy defaulted for its image
+        // before admission, b is defaulted after (absent here).
+        let object = json!({"spec": {"containers": [{"name": "a", "image": "nginx:1.27"}]}});
+        let expected = json!({"spec": {"containers": [
+            {"name": "a", "image": "busybox", "ports": [{"containerPort": 9090}]},
+            {"name": "b", "image": "busybox"}]}});
+        let baseline = json!({"spec": {"containers": [{"name": "a", "image": "nginx:1.27",
+            "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log"}]}});
+        assert_eq!(
+            changed_baseline(&baseline, &object, &expected)["spec"]["containers"],
+            json!([{"name": "a", "image": "busybox", "ports": [{"containerPort": 9090}],
+                    "imagePullPolicy": "IfNotPresent",
+                    "terminationMessagePath": "/dev/termination-log"},
+                {"name": "b", "image": "busybox"}])
         );
     }
 

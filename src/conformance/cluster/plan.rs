@@ -5,8 +5,9 @@
 //!   namespaced object, `paramRef.namespace`, the request and the expected
 //!   object follow, and a `kubernetes.io/metadata.name` value in a
 //!   namespace selector is rewritten too.
-//! - Policies and bindings become `NAME-kmc-RUN-INDEX` (`policyName` and
-//!   the quoted names in an expected denial follow). Other cluster-scoped
+//! - Policies and bindings become `kmc-RUN-INDEX-NAME` (`policyName` and
+//!   the quoted names in an expected denial follow): one prefix keeps them
+//!   in the order of their own names, which kmutate runs them in. Other cluster-scoped
 //!   objects (params) keep their names, and their case runs alone.
 //! - Each binding gets a namespace selector on the case's namespaces
 //!   (ANDed with its own), so cases running at once never see each other's
@@ -134,9 +135,16 @@ fn str_at<'a>(v: &'a Json, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
 }
 
+/// Cluster-scoped objects the apiserver creates through admission by itself
+/// (a Service's cluster IP is an IPAddress), left out of every binding
+/// unless the case's request is for one.
+const SYSTEM_CLUSTER_RESOURCES: [(&str, &str); 2] = [
+    ("networking.k8s.io", "ipaddresses"),
+    ("networking.k8s.io", "servicecidrs"),
+];
+
 /// The renaming of one case.
 struct Names {
-    suffix: String,
     prefix: String,
     namespaces: BTreeMap<String, String>,
 }
@@ -153,8 +161,42 @@ impl Names {
         n
     }
 
+    /// A namespace the case keeps its name for.
+    fn keep_namespace(&mut self, orig: &str) {
+        self.namespaces.insert(orig.to_string(), orig.to_string());
+    }
+
+    /// A fresh namespace name as long as `orig` (a policy may read its
+    /// size), made from the run's prefix; the prefixed name where `orig`
+    /// is too short to be fresh.
+    fn namespace_of_same_length(&mut self, orig: &str) -> String {
+        if orig.len() < 5 {
+            return self.namespace(orig);
+        }
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.prefix, orig).hash(&mut hasher);
+        let mut bits = hasher.finish();
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let name: String = (0..orig.len())
+            .map(|i| {
+                // A DNS label starts with a letter here and ends with one.
+                let range = if i == 0 || i + 1 == orig.len() {
+                    26
+                } else {
+                    36
+                };
+                let c = ALPHABET[(bits % range) as usize] as char;
+                bits = bits.rotate_right(5) ^ 0x9e37_79b9_7f4a_7c15;
+                c
+            })
+            .collect();
+        self.namespaces.insert(orig.to_string(), name.clone());
+        name
+    }
+
     fn unique(&self, orig: &str) -> String {
-        format!("{orig}-{}", self.suffix)
+        format!("{}-{orig}", self.prefix)
     }
 
     fn rename_namespace_of(&mut self, object: &mut Json) {
@@ -329,6 +371,26 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
                 .into(),
         ));
     }
+    if request.operation == "UPDATE"
+        && request.resource.group.is_empty()
+        && request.resource.resource == "namespaces"
+    {
+        let name = if request.name.is_empty() {
+            doc.get("object")
+                .and_then(|o| str_at(o, &["metadata", "name"]))
+                .unwrap_or_default()
+        } else {
+            request.name.as_str()
+        };
+        let quoted = [format!("\\\"{name}\\\""), format!("'{name}'")];
+        if !name.is_empty() && quoted.iter().any(|q| policy_text.contains(q.as_str())) {
+            return Ok(Planned::Skip(format!(
+                "text of an updated Namespace's name: the policies compare the name {name:?}, \
+                 and the Namespace an UPDATE needs is created under a fresh name of the same \
+                 length (a Namespace's name is never free again: deleted, it stays Terminating)"
+            )));
+        }
+    }
     if policy_text.contains("request.uid") {
         return Ok(Planned::Skip(
             "request.uid: the apiserver gives each request a uid of its own".into(),
@@ -348,7 +410,6 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         .cloned()
         .ok_or("the case has no object")?;
     let mut names = Names {
-        suffix: format!("kmc-{run}-{index}"),
         prefix: format!("kmc-{run}-{index}"),
         namespaces: BTreeMap::new(),
     };
@@ -406,8 +467,12 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         None => request.namespace.is_empty(),
     };
     let namespace = (!cluster_scoped).then(|| names.namespace(&request.namespace));
-    // A cluster-scoped object gets a name of the run too (a Namespace one
-    // of the case's namespaces, created by the request itself).
+    // A cluster-scoped object keeps its name where it can, since a policy
+    // may read it (`size(object.metadata.name)`), and its case runs alone:
+    // a dry-run CREATE stores nothing, and an object created for an UPDATE
+    // is deleted after. A Namespace is never deleted for good (it stays
+    // Terminating without a controller manager): one updated gets a fresh
+    // name of the same length.
     let object_orig_name = if request.name.is_empty() {
         str_at(&object, &["metadata", "name"])
             .unwrap_or_default()
@@ -418,8 +483,12 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     let is_namespace = gvr.group.is_empty() && gvr.resource == "namespaces";
     let object_name = match (cluster_scoped, is_namespace) {
         (false, _) => object_orig_name.clone(),
-        (true, true) => names.namespace(&object_orig_name),
-        (true, false) => names.unique(&object_orig_name),
+        (true, false) => object_orig_name.clone(),
+        (true, true) if request.operation == "CREATE" => {
+            names.keep_namespace(&object_orig_name);
+            object_orig_name.clone()
+        }
+        (true, true) => names.namespace_of_same_length(&object_orig_name),
     };
     let rename_object = |o: &mut Json| {
         if cluster_scoped && o["metadata"]["name"] == object_orig_name.as_str() {
@@ -553,6 +622,22 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         {
             exprs.push(json!({"key": NAMESPACE_NAME_LABEL, "operator": "In",
                 "values": case_namespaces}));
+        }
+        // The apiserver's own cluster-scoped objects, which a namespace
+        // selector cannot keep apart: a Service's IPAddress, created
+        // through admission when another case stores a Service.
+        if !SYSTEM_CLUSTER_RESOURCES.contains(&(gvr.group.as_str(), gvr.resource.as_str())) {
+            let exclude = &mut spec["matchResources"]["excludeResourceRules"];
+            if !exclude.is_array() {
+                *exclude = json!([]);
+            }
+            if let Some(rules) = exclude.as_array_mut() {
+                rules.push(
+                    json!({"apiGroups": ["networking.k8s.io"], "apiVersions": ["*"],
+                    "operations": ["*"], "resources": ["ipaddresses", "servicecidrs"],
+                    "scope": "Cluster"}),
+                );
+            }
         }
         planned_policies.push(ClusterObject {
             collection: admission_collection(api_version_of(b), "mutatingadmissionpolicybindings"),
@@ -701,11 +786,9 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         .iter()
         .chain(&policy_names)
         .chain(&binding_names)
+        .filter(|(orig, renamed)| orig != renamed)
         .map(|(orig, renamed)| (renamed.clone(), orig.clone()))
         .collect();
-    if cluster_scoped && !is_namespace {
-        renames.push((object_name.clone(), object_orig_name.clone()));
-    }
     renames.sort_by_key(|(renamed, _)| std::cmp::Reverse(renamed.len()));
     Ok(Planned::Run(Box::new(Plan {
         case: case.name.clone(),
