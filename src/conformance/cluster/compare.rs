@@ -269,6 +269,38 @@ fn keeps_places(prior: &[Json], new: &[Json]) -> bool {
         .all(|(p, n)| p.get("name").is_none() || p.get("name") == n.get("name"))
 }
 
+/// `baseline` without what the apiserver allocated for a Service the case
+/// left to it (cluster IPs, node ports): a dry run answers placeholders
+/// (`10.0.0.0`) that it refuses when sent back, so the second form leaves
+/// them to be allocated again.
+pub fn without_service_allocations(baseline: &Json, object: &Json) -> Json {
+    let mut out = baseline.clone();
+    if object["kind"] != "Service" || object["apiVersion"] != "v1" {
+        return out;
+    }
+    let Some(spec) = out.get_mut("spec").and_then(Json::as_object_mut) else {
+        return out;
+    };
+    for field in ["clusterIP", "clusterIPs", "healthCheckNodePort"] {
+        if object["spec"].get(field).is_none() {
+            spec.remove(field);
+        }
+    }
+    let given_ports = object["spec"]["ports"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(ports) = spec.get_mut("ports").and_then(Json::as_array_mut) {
+        for (i, port) in ports.iter_mut().enumerate() {
+            let given = given_ports.get(i).and_then(|p| p.get("nodePort")).is_some();
+            if let (Some(port), false) = (port.as_object_mut(), given) {
+                port.remove("nodePort");
+            }
+        }
+    }
+    out
+}
+
 /// The metadata the apiserver sets anew on each request.
 const REQUEST_METADATA: [&str; 5] = [
     "uid",
@@ -498,6 +530,30 @@ mod tests {
         assert_eq!(
             changed_baseline(&baseline, &object, &replaced)["spec"]["containers"],
             replaced["spec"]["containers"]
+        );
+    }
+
+    #[test]
+    fn a_service_s_allocations_are_left_to_the_apiserver_unless_the_case_gave_them() {
+        // kube-apiserver v1.36.2's dry-run answer to a NodePort Service.
+        let baseline = json!({"apiVersion": "v1", "kind": "Service", "spec": {
+            "ports": [{"port": 80, "nodePort": 32769}], "clusterIP": "10.0.0.0",
+            "clusterIPs": ["10.0.0.0"], "type": "NodePort", "externalTrafficPolicy": "Cluster"}});
+        let object = json!({"apiVersion": "v1", "kind": "Service",
+            "spec": {"ports": [{"port": 80}], "type": "NodePort"}});
+        assert_eq!(
+            without_service_allocations(&baseline, &object)["spec"],
+            json!({"ports": [{"port": 80}], "type": "NodePort", "externalTrafficPolicy": "Cluster"})
+        );
+        let given = json!({"apiVersion": "v1", "kind": "Service",
+            "spec": {"ports": [{"port": 80, "nodePort": 32769}], "clusterIP": "10.0.0.0"}});
+        assert_eq!(
+            without_service_allocations(&baseline, &given)["spec"]["ports"],
+            baseline["spec"]["ports"]
+        );
+        assert_eq!(
+            without_service_allocations(&baseline, &given)["spec"]["clusterIP"],
+            "10.0.0.0"
         );
     }
 

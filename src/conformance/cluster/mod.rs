@@ -548,7 +548,8 @@ async fn run_plan_steps(run: &Run<'_>, plan: &Plan) -> Result<ClusterResult, Str
             if compare::comparable(expected) != compare::comparable(&plan.object) =>
         {
             let mut forms: Vec<Answer> = Vec::with_capacity(2);
-            let changed = compare::changed_baseline(&baseline, &plan.object, expected);
+            let allocated_anew = compare::without_service_allocations(&baseline, &plan.object);
+            let changed = compare::changed_baseline(&allocated_anew, &plan.object, expected);
             for object in [expected.clone(), changed] {
                 let known = forms.iter().any(|f| {
                     matches!(f, Answer::Object { object: o, .. }
