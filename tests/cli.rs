@@ -246,6 +246,25 @@ fn conformance_reports_unreadable_files_and_counts() {
     );
 }
 
+#[test]
+fn conformance_refuses_an_expected_failures_list_it_cannot_read() {
+    let dir = scratch("conformance-xfail");
+    write(&dir, "none.yaml", "");
+    let missing = dir.join("no-such-list.txt");
+    let out = kmutate(&[
+        "conformance",
+        "--expected-failures",
+        missing.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("reading the expected failures") && stderr.contains("no-such-list.txt"),
+        "{stderr}"
+    );
+}
+
 /// Indents a YAML mapping by `n` spaces.
 fn block(doc: &str, n: usize) -> String {
     doc.trim()

@@ -482,10 +482,13 @@ fn diff(path: &str, want: &Json, got: &Json, out: &mut Vec<String>) {
 
 /// Names of cases expected to fail, with the reason, from a file of lines
 /// `name  # reason` (blank lines and `#` comments ignored).
-pub fn read_expected_failures(path: &Path) -> BTreeMap<String, String> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return BTreeMap::new();
-    };
+pub fn read_expected_failures(path: &Path) -> std::io::Result<BTreeMap<String, String>> {
+    Ok(parse_expected_failures(&std::fs::read_to_string(path)?))
+}
+
+/// Names of cases expected to fail, with the reason, from the text of an
+/// expected-failures file ([`read_expected_failures`]).
+pub fn parse_expected_failures(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
@@ -639,6 +642,16 @@ mod tests {
         let s = run(&[]);
         assert_eq!((s.passed, s.failed, s.expected_failures), (1, 1, 0));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn expected_failures_file_lines_are_name_and_reason() {
+        let listed =
+            parse_expected_failures("# a comment\n\n  one  # its reason # with a hash\ntwo\n");
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed["one"], "its reason # with a hash");
+        assert_eq!(listed["two"], "");
+        assert!(read_expected_failures(Path::new("/nonexistent/expected-failures.txt")).is_err());
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct ClusterObject {
 pub struct Plan {
     /// The case's name.
     pub case: String,
+    /// Why a failure of the case may be the runner's renaming rather than
+    /// the case's: it is then skipped with this reason.
+    pub renamed_text: Option<String>,
     /// Namespaces, ServiceAccounts, RBAC, params and other resources, in
     /// creation order.
     pub setup: Vec<ClusterObject>,
@@ -371,6 +374,8 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
                 .into(),
         ));
     }
+    // Why a failure is not the case's (a renamed name's text), if it may be.
+    let mut renamed_text = None;
     if request.operation == "UPDATE"
         && request.resource.group.is_empty()
         && request.resource.resource == "namespaces"
@@ -384,11 +389,11 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
         };
         let quoted = [format!("\\\"{name}\\\""), format!("'{name}'")];
         if !name.is_empty() && quoted.iter().any(|q| policy_text.contains(q.as_str())) {
-            return Ok(Planned::Skip(format!(
+            renamed_text = Some(format!(
                 "text of an updated Namespace's name: the policies compare the name {name:?}, \
                  and the Namespace an UPDATE needs is created under a fresh name of the same \
                  length (a Namespace's name is never free again: deleted, it stays Terminating)"
-            )));
+            ));
         }
     }
     if policy_text.contains("request.uid") {
@@ -792,6 +797,7 @@ fn plan_case(case: &Case, index: usize, run: &str) -> Result<Planned, String> {
     renames.sort_by_key(|(renamed, _)| std::cmp::Reverse(renamed.len()));
     Ok(Planned::Run(Box::new(Plan {
         case: case.name.clone(),
+        renamed_text,
         setup,
         crds,
         policies: planned_policies,
