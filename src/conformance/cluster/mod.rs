@@ -648,9 +648,6 @@ fn in_original_names(plan: &Plan, answer: &Answer) -> Answer {
     }
 }
 
-/// Holds the answer against each form of the normalised expectation: a
-/// pass against any of them passes; otherwise the first form's verdict
-/// stands (a later form's skip never hides its failure).
 /// Whether `form`, the apiserver's refusal of an object, refuses it for
 /// what it refuses `live` for: the same message, or every cause of `live`
 /// among the causes of `form` (the object the apiserver defaulted before
@@ -662,6 +659,10 @@ fn same_refusal(form: &str, live: &str) -> bool {
             .is_some_and(|(_, causes)| !causes.is_empty() && form.contains(causes))
 }
 
+/// Holds the answer against each form of the normalised expectation: a
+/// pass against any of them passes, as does a later form's refusal for
+/// the live refusal's causes (skipped); otherwise the first form's verdict
+/// stands.
 fn judge_forms(plan: &Plan, baseline: &Json, forms: &[Answer], answer: Answer) -> ClusterResult {
     let mut first = None;
     for (i, form) in forms.iter().enumerate() {
@@ -749,7 +750,21 @@ fn judge(plan: &Plan, baseline: &Json, normalised: &Answer, answer: Answer) -> C
             }
         }
         (Expectation::Object(_), Answer::Refused { code, message }) => {
-            if let Answer::Refused { message: alone, .. } = &normalised {
+            if let Answer::Refused {
+                code: alone_code,
+                message: alone,
+            } = &normalised
+            {
+                // Both refused by validation, for other causes: the
+                // policies made another object than the case expects
+                // (a sidecar appended again on a reinvocation).
+                if *alone_code == 422 && code == 422 && !same_refusal(alone, &message) {
+                    return ClusterResult::Fail(format!(
+                        "the apiserver refuses the case's expected object with no policy in \
+                         force ({alone_code}: {alone}), and the request with the policies for \
+                         other causes ({code}: {message}): the policies made another object"
+                    ));
+                }
                 let answered = if *alone == message {
                     String::new()
                 } else {
@@ -1310,6 +1325,80 @@ mod tests {
             "Service \"web\" is invalid: spec.type: Unsupported value",
             live
         ));
+    }
+
+    /// The plan of a Pod CREATE whose policy appends a sidecar.
+    fn sidecar_plan() -> Plan {
+        let pod = |containers: Json| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": containers}})
+        };
+        let sidecar = serde_json::json!({"name": "sidecar", "image": "s"});
+        let doc = serde_json::json!({
+            "name": "appends-a-sidecar",
+            "policies": [{"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicy", "metadata": {"name": "p"},
+                "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""],
+                    "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                    "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
+                        "[JSONPatch{op: 'add', path: '/spec/containers/-', value: {'name': 'sidecar', 'image': 's'}}]"}}]}}],
+            "bindings": [{"apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "b"},
+                "spec": {"policyName": "p"}}],
+            "object": pod(serde_json::json!([sidecar])),
+            "expect": {"object": pod(serde_json::json!([sidecar, sidecar]))},
+        });
+        let case = crate::conformance::Case {
+            name: "appends-a-sidecar".into(),
+            source: crate::api::SourceRef {
+                file: "t.yaml".into(),
+                document: 0,
+            },
+            doc,
+        };
+        match plan::plan(&case, 0, "t") {
+            Planned::Run(p) => *p,
+            _ => panic!("the case does not plan"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_for_other_causes_than_the_expected_objects_fails() {
+        let plan = sidecar_plan();
+        let refused = |code: u16, message: &str| Answer::Refused {
+            code,
+            message: message.into(),
+        };
+        let once = "Pod \"web\" is invalid: spec.containers[1].name: Duplicate value: \"sidecar\"";
+        let thrice = "Pod \"web\" is invalid: [spec.containers[1].name: Duplicate value: \
+                      \"sidecar\", spec.containers[2].name: Duplicate value: \"sidecar\"]";
+        let baseline = plan.object.clone();
+        // Refused as the expected object is: nothing more to see.
+        let same = judge(&plan, &baseline, &refused(422, once), refused(422, once));
+        assert!(
+            matches!(&same, ClusterResult::Skip(r) if r.starts_with(EXPECTED_REFUSED)),
+            "{same:?}"
+        );
+        // A sidecar appended once more: another object.
+        let more = judge(&plan, &baseline, &refused(422, once), refused(422, thrice));
+        assert!(
+            matches!(&more, ClusterResult::Fail(r) if r.contains("another object")),
+            "{more:?}"
+        );
+        // The expected object refused before validation (decoding): the
+        // two refusals say nothing of each other.
+        let decoding = "Pod in version \"v1\" cannot be handled as a Pod";
+        let other_stage = judge(
+            &plan,
+            &baseline,
+            &refused(400, decoding),
+            refused(422, thrice),
+        );
+        assert!(
+            matches!(&other_stage, ClusterResult::Skip(_)),
+            "{other_stage:?}"
+        );
     }
 
     #[test]
