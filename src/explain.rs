@@ -393,7 +393,7 @@ impl AdmissionObserver for ExplainObserver {
         });
     }
 
-    fn reinvocation(&self) {
+    fn reinvocation(&self, _first_pass: &Json) {
         self.passes.borrow_mut().push(Pass {
             reinvocation: true,
             invocations: Vec::new(),

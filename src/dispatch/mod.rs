@@ -357,8 +357,9 @@ pub trait AdmissionObserver {
     ) {
     }
 
-    /// The reinvocation pass is about to run.
-    fn reinvocation(&self) {}
+    /// The reinvocation pass is about to run on `first_pass`, the object
+    /// the first pass made.
+    fn reinvocation(&self, _first_pass: &Json) {}
 
     /// What one mutation did, with the object before and after it (for
     /// `kmutate apply -o explain`); called right after [`AdmissionObserver::mutation`],
@@ -857,10 +858,16 @@ impl PolicySet {
             }
             state.errors.clear();
             state.touched |= state.changed;
-            if state.reinvoke.is_some() || !state.changed || state.invoked_if_needed.is_empty() {
+            // kube-apiserver calling the webhook again is its chain's
+            // reinvocation pass: kmutate's own would be a second one.
+            if state.reinvoke.is_some()
+                || state.attrs.reinvocation
+                || !state.changed
+                || state.invoked_if_needed.is_empty()
+            {
                 break;
             }
-            observer.reinvocation();
+            observer.reinvocation(state.attrs.object.as_ref().unwrap_or(&Json::Null));
             state.reinvoke = Some(std::mem::take(&mut state.invoked_if_needed));
         }
         Outcome::Admitted {

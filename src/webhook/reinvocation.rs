@@ -15,6 +15,15 @@
 //! answered to each request: a request of the same operation, resource,
 //! object name, user and stored version whose object still holds
 //! everything that answer held is the reinvocation of it.
+//!
+//! The first call already ran kmutate's own reinvocation pass (the
+//! apiserver may not call again: it does only when another plugin changed
+//! the object), so the second call is not run on its object as sent: that
+//! would reinvoke each `IfNeeded` policy a second time (a sidecar appended
+//! by one appended twice more). The built-in plugin's chain reinvokes each
+//! once, on the object its first pass made with what the other plugins
+//! changed since: the webhook runs its `IfNeeded` policies once on that
+//! ([`rebase`]), and answers the change from the object as sent.
 
 use crate::request::AdmissionRequest;
 use serde_json::Value as Json;
@@ -35,7 +44,17 @@ const MOST_REMEMBERED: usize = 1024;
 /// The objects kmutate admitted changed, by request identity.
 #[derive(Default)]
 pub struct ReinvocationMemory {
-    answers: Mutex<HashMap<u64, (Instant, Arc<Json>)>>,
+    answers: Mutex<HashMap<u64, (Instant, Answered)>>,
+}
+
+/// What kmutate answered a request with.
+#[derive(Clone, Debug)]
+pub struct Answered {
+    /// The object kmutate admitted (changed).
+    pub object: Arc<Json>,
+    /// The object its first pass made, where its own reinvocation pass
+    /// ran after.
+    pub first_pass: Option<Arc<Json>>,
 }
 
 /// What kube-apiserver sends alike in a request and its reinvocation
@@ -56,22 +75,27 @@ impl ReinvocationMemory {
     /// kube-apiserver's reinvocation of a request kmutate answered with a
     /// change in the last 30 s.
     pub fn is_reinvocation(&self, id: RequestIdentity, object: Option<&Json>) -> bool {
-        let Some(object) = object else {
-            return false;
-        };
+        self.reinvoked(id, object).is_some()
+    }
+
+    /// What kmutate answered the request that a request of identity `id`
+    /// and object `object` reinvokes, if it is a reinvocation
+    /// ([`ReinvocationMemory::is_reinvocation`]).
+    pub fn reinvoked(&self, id: RequestIdentity, object: Option<&Json>) -> Option<Answered> {
+        let object = object?;
         let answered = {
             let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
             match answers.get(&id.0) {
                 Some((at, answered)) if at.elapsed() < REMEMBERED_FOR => answered.clone(),
-                _ => return false,
+                _ => return None,
             }
         };
-        holds(object, &answered)
+        holds(object, &answered.object).then_some(answered)
     }
 
-    /// Remembers `admitted`, the object kmutate changed the object of the
-    /// request of identity `id` into.
-    pub fn remember(&self, id: RequestIdentity, admitted: Arc<Json>) {
+    /// Remembers `admitted`, what kmutate changed the object of the request
+    /// of identity `id` into.
+    pub fn remember(&self, id: RequestIdentity, admitted: Answered) {
         let now = Instant::now();
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         if answers.len() >= MOST_REMEMBERED {
@@ -88,6 +112,22 @@ impl ReinvocationMemory {
         }
         answers.insert(id.0, (now, admitted));
     }
+}
+
+/// The object kube-apiserver's reinvocation pass would give the policies:
+/// `first_pass`, what kmutate's first pass made of the object, with what
+/// the other plugins changed since kmutate answered `answered` and sent
+/// `object` (an operation that finds nothing to apply to, such as a
+/// token mounted into a container only kmutate's own reinvocation pass
+/// added, is left out).
+pub fn rebase(first_pass: &Json, answered: &Json, object: &Json) -> Json {
+    let mut rebased = first_pass.clone();
+    for operation in json_patch::diff(answered, object).0 {
+        // One at a time: json_patch::patch leaves the object as it was
+        // when its operation fails.
+        let _ = json_patch::patch(&mut rebased, std::slice::from_ref(&operation));
+    }
+    rebased
 }
 
 fn identity(request: &AdmissionRequest) -> u64 {
@@ -156,6 +196,13 @@ mod tests {
         memory.is_reinvocation(RequestIdentity::of(request), request.object.as_ref())
     }
 
+    fn answer(object: Json) -> Answered {
+        Answered {
+            object: Arc::new(object),
+            first_pass: None,
+        }
+    }
+
     fn pod_create(object: Json) -> AdmissionRequest {
         AdmissionRequest {
             operation: "CREATE".into(),
@@ -175,7 +222,7 @@ mod tests {
         assert!(!seen(&memory, &pod_create(sent.clone())));
         memory.remember(
             RequestIdentity::of(&pod_create(sent.clone())),
-            Arc::new(answered),
+            answer(answered),
         );
         // The apiserver defaulted the sidecar and the ServiceAccount plugin
         // mounted its token into it (the chain's reinvocation pass).
@@ -189,12 +236,47 @@ mod tests {
     }
 
     #[test]
+    fn the_reinvocation_runs_on_the_first_pass_with_what_later_plugins_changed() {
+        let container = |name: &str, mounted: bool| {
+            let mut c = json!({"name": name, "image": "busybox", "imagePullPolicy": "Always"});
+            if mounted {
+                c["volumeMounts"] = json!([{"name": "token", "mountPath": "/var/run"}]);
+            }
+            c
+        };
+        let pod = |containers: Vec<Json>| json!({"spec": {"containers": containers}});
+        // kmutate's first pass appended a sidecar, its reinvocation pass a
+        // second; the ServiceAccount plugin then mounted its token into both.
+        let first_pass = pod(vec![container("app", true), container("sidecar", false)]);
+        let answered = pod(vec![
+            container("app", true),
+            container("sidecar", false),
+            container("sidecar", false),
+        ]);
+        let sent = pod(vec![
+            container("app", true),
+            container("sidecar", true),
+            container("sidecar", true),
+        ]);
+        // As the built-in plugin's chain has it in its reinvocation pass:
+        // the first sidecar mounted, no second one yet.
+        assert_eq!(
+            rebase(&first_pass, &answered, &sent),
+            pod(vec![container("app", true), container("sidecar", true)])
+        );
+        // A toleration a later plugin gave back is there again.
+        let removed = json!({"spec": {"tolerations": []}});
+        let given_back = json!({"spec": {"tolerations": [{"key": "k", "operator": "Exists"}]}});
+        assert_eq!(rebase(&removed, &removed, &given_back), given_back);
+    }
+
+    #[test]
     fn another_object_user_or_stored_version_is_a_new_request() {
         let memory = ReinvocationMemory::default();
         let answered = json!({"metadata": {"labels": {"a": "b"}}});
         memory.remember(
             RequestIdentity::of(&pod_create(json!({}))),
-            Arc::new(answered.clone()),
+            answer(answered.clone()),
         );
         let mut other_name = pod_create(answered.clone());
         other_name.name = "api".into();

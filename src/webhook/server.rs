@@ -22,7 +22,7 @@
 //! another Content-Type, or none, is answered 415.
 
 use super::metrics::{ErrorType, Metrics, RequestResult};
-use super::reinvocation::RequestIdentity;
+use super::reinvocation::{self, Answered, RequestIdentity};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -1038,9 +1038,23 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
 
     let mut review = review;
     let identity = RequestIdentity::of(&review.request);
-    review.request.reinvocation = shared
+    let reinvoked = shared
         .reinvocations
-        .is_reinvocation(identity, review.request.object.as_ref());
+        .reinvoked(identity, review.request.object.as_ref());
+    review.request.reinvocation = reinvoked.is_some();
+    // The object as kube-apiserver sent it, where the policies run on
+    // another: the reinvocation's ([`reinvocation::rebase`]).
+    let mut as_sent = None;
+    if let Some(Answered {
+        object: answered,
+        first_pass: Some(first_pass),
+    }) = &reinvoked
+    {
+        if let Some(object) = review.request.object.take() {
+            review.request.object = Some(reinvocation::rebase(first_pass, answered, &object));
+            as_sent = Some(object);
+        }
+    }
 
     // Evaluation runs here on the worker (handing it to another thread costs
     // more than most evaluations), stopped from inside at the deadline. One
@@ -1051,7 +1065,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         let request = review.request;
         let until = started + shared.timeout;
         let evaluation = tokio::task::spawn_blocking(move || {
-            evaluate(&engine, &metrics, request, prematch, until)
+            evaluate(&engine, &metrics, request, prematch, until, as_sent)
         });
         match tokio::time::timeout_at(deadline, evaluation).await {
             Ok(Ok(evaluated)) => evaluated,
@@ -1069,6 +1083,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             review.request,
             prematch,
             deadline.into_std(),
+            as_sent,
         )
     };
     let (answer, result, leftover) = match evaluated {
@@ -1100,10 +1115,16 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     metrics.observe_request(&operation, &resource, result, started.elapsed());
     match leftover {
         // The object changed: kube-apiserver may call again with it.
-        Some(admitted) if matches!(result, RequestResult::Patched) => {
-            shared.reinvocations.remember(identity, Arc::new(admitted))
+        Some((admitted, first_pass)) if matches!(result, RequestResult::Patched) => {
+            shared.reinvocations.remember(
+                identity,
+                Answered {
+                    object: Arc::new(admitted),
+                    first_pass: first_pass.map(Arc::new),
+                },
+            )
         }
-        leftover => drop_after_reply(leftover),
+        leftover => drop_after_reply(leftover.map(|(admitted, _)| admitted)),
     }
     reply(StatusCode::OK, "application/json", bytes)
 }
@@ -1214,6 +1235,8 @@ struct RequestObserver<'m> {
     metrics: &'m Metrics,
     errors: RefCell<Vec<SeenError>>,
     deadline: Instant,
+    /// The object the first pass made, where the reinvocation pass ran.
+    first_pass: RefCell<Option<serde_json::Value>>,
 }
 
 impl AdmissionObserver for RequestObserver<'_> {
@@ -1249,8 +1272,9 @@ impl AdmissionObserver for RequestObserver<'_> {
         });
     }
 
-    fn reinvocation(&self) {
+    fn reinvocation(&self, first_pass: &serde_json::Value) {
         self.metrics.observe_reinvocation();
+        *self.first_pass.borrow_mut() = Some(first_pass.clone());
     }
 
     fn interrupted(&self) -> bool {
@@ -1260,9 +1284,14 @@ impl AdmissionObserver for RequestObserver<'_> {
 
 /// What [`evaluate`] ends with.
 enum Evaluated {
-    /// The answer, how the request ended, and the admitted object, which
-    /// [`drop_after_reply`] disposes of.
-    Done(Answer, RequestResult, Option<serde_json::Value>),
+    /// The answer, how the request ended, and the admitted object (which
+    /// [`drop_after_reply`] disposes of) with the object its first pass
+    /// made where a reinvocation pass followed.
+    Done(
+        Answer,
+        RequestResult,
+        Option<(serde_json::Value, Option<serde_json::Value>)>,
+    ),
     /// The deadline passed first; the failure policies decide the answer.
     TimedOut,
 }
@@ -1274,11 +1303,13 @@ fn evaluate(
     request: AdmissionRequest,
     prematch: Option<Prematch>,
     deadline: Instant,
+    as_sent: Option<serde_json::Value>,
 ) -> Evaluated {
     let observer = RequestObserver {
         metrics,
         errors: RefCell::new(Vec::new()),
         deadline,
+        first_pass: RefCell::new(None),
     };
     let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -1322,6 +1353,12 @@ fn evaluate(
                     "admitted despite policy errors (failurePolicy Ignore)");
             }
             let (answer, result) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                // A reinvocation ran on its own object: the patch is from
+                // the one kube-apiserver sent.
+                let original = match &as_sent {
+                    Some(sent) => Some(crate::mutation::diff::Snapshot::of(sent)),
+                    None => original,
+                };
                 Answer::admit_from(original.as_ref(), &object, warnings)
             })) {
                 Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
@@ -1331,7 +1368,11 @@ fn evaluate(
                     (panic_answer(), RequestResult::Panic)
                 }
             };
-            Evaluated::Done(answer, result, Some(object))
+            Evaluated::Done(
+                answer,
+                result,
+                Some((object, observer.first_pass.into_inner())),
+            )
         }
     }
 }
