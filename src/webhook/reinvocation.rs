@@ -71,16 +71,10 @@ impl RequestIdentity {
 }
 
 impl ReinvocationMemory {
-    /// Whether a request of identity `id` and object `object` is
-    /// kube-apiserver's reinvocation of a request kmutate answered with a
-    /// change in the last 30 s.
-    pub fn is_reinvocation(&self, id: RequestIdentity, object: Option<&Json>) -> bool {
-        self.reinvoked(id, object).is_some()
-    }
-
     /// What kmutate answered the request that a request of identity `id`
-    /// and object `object` reinvokes, if it is a reinvocation
-    /// ([`ReinvocationMemory::is_reinvocation`]).
+    /// and object `object` reinvokes, if it is kube-apiserver's
+    /// reinvocation of a request kmutate answered with a change in the
+    /// last 30 s.
     pub fn reinvoked(&self, id: RequestIdentity, object: Option<&Json>) -> Option<Answered> {
         let object = object?;
         let answered = {
@@ -193,7 +187,9 @@ mod tests {
     use serde_json::json;
 
     fn seen(memory: &ReinvocationMemory, request: &AdmissionRequest) -> bool {
-        memory.is_reinvocation(RequestIdentity::of(request), request.object.as_ref())
+        memory
+            .reinvoked(RequestIdentity::of(request), request.object.as_ref())
+            .is_some()
     }
 
     fn answer(object: Json) -> Answered {
