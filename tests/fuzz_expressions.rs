@@ -12,6 +12,9 @@ use kmutate::dispatch::activation::{Activation, CompiledVariable};
 use serde_json::json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+use support::fuzz::Rng;
+
+mod support;
 
 const EXPRESSIONS: usize = 10_000;
 const SEED: u64 = 0x6b6d_7574_6174_6531;
@@ -20,31 +23,6 @@ const SEED: u64 = 0x6b6d_7574_6174_6531;
 const LIMIT: u64 = 20_000;
 /// Longer than any evaluation within `LIMIT` takes, even in a debug build.
 const RUNAWAY: Duration = Duration::from_secs(5);
-
-/// splitmix64: small, deterministic, good enough to pick productions.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
 
 struct Gen {
     rng: Rng,
@@ -502,7 +480,7 @@ impl Gen {
         let one = [v.clone()];
         match self.rng.below(6) {
             0..=2 => {
-                let m = self
+                let m = *self
                     .rng
                     .pick(&["all", "exists", "exists_one", "existsOne", "filter"]);
                 let body = self.with_var(&one, |g| g.expr(depth));
@@ -520,7 +498,7 @@ impl Gen {
             _ => {
                 let k = self.rng.pick(NAMES).to_string();
                 let both = [k.clone(), v.clone()];
-                let m = self.rng.pick(&[
+                let m = *self.rng.pick(&[
                     "all",
                     "exists",
                     "existsOne",
@@ -843,7 +821,7 @@ fn fuzz() {
     let null = serde_json::Value::Null;
 
     let mut gen = Gen {
-        rng: Rng(SEED),
+        rng: Rng::new(SEED),
         scope: Vec::new(),
     };
     let mut tally = Tally::default();

@@ -993,7 +993,11 @@ impl PolicySet {
             } else {
                 format!("{}/{}", matched_gvk.group, matched_gvk.version)
             };
-            versioned["apiVersion"] = Json::String(matched_api_version);
+            // Only an object has a version to set (a webhook refuses any
+            // other request object; a library caller may still pass one).
+            if let Some(members) = versioned.as_object_mut() {
+                members.insert("apiVersion".into(), Json::String(matched_api_version));
+            }
         }
         // `request` and `namespaceObject` are built only for policies that read them.
         let request_json = if !compiled.reads_request {
@@ -1290,7 +1294,11 @@ impl PolicySet {
         // Back to the request's version.
         if converted {
             match original_api_version {
-                Some(v) => versioned["apiVersion"] = v,
+                Some(v) => {
+                    if let Some(members) = versioned.as_object_mut() {
+                        members.insert("apiVersion".into(), v);
+                    }
+                }
                 // The object keeps the version it was given.
                 None => state.touched = true,
             }

@@ -187,16 +187,100 @@ impl<'de> Visitor<'de> for RequestSeed<'_> {
                 "oldObject" if self.0.old_object && skipped_object.is_none() => {
                     r.old_object = map.next_value()?
                 }
-                "oldObject" => map.next_value_seed(CheckedValue)?,
+                "oldObject" => match map.next_value_seed(CheckedKind)? {
+                    "object" | "null" => {}
+                    found => return Err(not_an_object("oldObject", found)),
+                },
                 "dryRun" => r.dry_run = map.next_value()?,
                 "options" => r.options = map.next_value()?,
                 _ => unreachable!("every member of MEMBERS is matched"),
+            }
+        }
+        for (member, value) in [
+            ("object", &request.object),
+            ("oldObject", &request.old_object),
+        ] {
+            if let Some(value) = value.as_ref().filter(|v| !v.is_object()) {
+                return Err(not_an_object(member, json_kind(value)));
             }
         }
         Ok(DecodedRequest {
             request,
             skipped_object,
         })
+    }
+}
+
+/// The error for a request's `object` or `oldObject` that is not a JSON
+/// object: kube-apiserver sends an object or nothing, and the policies
+/// (and conversion to the matched version) need an object.
+fn not_an_object<E: de::Error>(member: &str, found: &str) -> E {
+    E::custom(format!(
+        "request.{member}: expected a JSON object or null, found {found}"
+    ))
+}
+
+/// What kind of JSON value `value` is, as [`CheckedKind`] names it.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Any JSON value, checked as [`CheckedValue`] checks it, answering what
+/// kind of value it is ([`json_kind`]'s names).
+struct CheckedKind;
+
+impl<'de> DeserializeSeed<'de> for CheckedKind {
+    type Value = &'static str;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<&'static str, D::Error> {
+        d.deserialize_any(CheckedKind)
+    }
+}
+
+impl<'de> Visitor<'de> for CheckedKind {
+    type Value = &'static str;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<&'static str, E> {
+        Ok("a string")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<&'static str, E> {
+        Ok("a boolean")
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<&'static str, E> {
+        Ok("a number")
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<&'static str, E> {
+        Ok("a number")
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<&'static str, E> {
+        Ok("a number")
+    }
+
+    fn visit_unit<E>(self) -> Result<&'static str, E> {
+        Ok("null")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<&'static str, A::Error> {
+        CheckedValue.visit_seq(seq).map(|()| "an array")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<&'static str, A::Error> {
+        CheckedValue.visit_map(map).map(|()| "object")
     }
 }
 
@@ -570,22 +654,29 @@ mod tests {
     }
 
     #[test]
-    fn an_object_that_is_not_a_map_is_built() {
-        for object in [
-            "null",
-            "5",
-            "-1",
-            "2.5",
-            r#""x""#,
-            "true",
-            r#"[1,{"a":[]}]"#,
+    fn an_object_that_is_not_a_map_is_refused_built_or_not() {
+        // Found by tests/fuzz_reviews.rs: conversion to the matched
+        // version panicked on a number.
+        for (value, found) in [
+            ("5", "a number"),
+            ("-1", "a number"),
+            ("2.5", "a number"),
+            (r#""x""#, "a string"),
+            ("true", "a boolean"),
+            (r#"[1,{"a":[]}]"#, "an array"),
         ] {
-            let request = format!(r#"{{"uid":"u","object":{object}}}"#);
-            let (decoded, _) = gated(&request, false);
-            let decoded = decoded.unwrap();
-            assert!(decoded.skipped_object.is_none(), "{object}");
-            assert_eq!(decoded.request, built(&request).unwrap(), "{object}");
+            for member in ["object", "oldObject"] {
+                let request = format!(r#"{{"uid":"u","{member}":{value}}}"#);
+                let expected =
+                    format!("request.{member}: expected a JSON object or null, found {found}");
+                let refused = built(&request).unwrap_err();
+                assert!(refused.starts_with(&expected), "{refused}");
+                let (decoded, _) = gated(&request, false);
+                assert_eq!(decoded.unwrap_err(), refused, "{member}: {value}");
+            }
         }
+        let request = r#"{"uid":"u","object":null,"oldObject":null}"#;
+        assert_eq!(built(request).unwrap().object, None);
     }
 
     #[test]

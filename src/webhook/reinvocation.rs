@@ -87,6 +87,30 @@ impl ReinvocationMemory {
         holds(object, &answered.object).then_some(answered)
     }
 
+    /// Takes `request` for kube-apiserver's reinvocation of a request this
+    /// memory remembers, if it is one: marks it so and, where kmutate's
+    /// own reinvocation pass followed the first, gives the policies the
+    /// object that reinvocation runs on ([`rebase`]). Returns the identity
+    /// to remember the answer by, and the object as kube-apiserver sent it
+    /// where the policies run on another (the patch is from it).
+    pub fn recognise(&self, request: &mut AdmissionRequest) -> (RequestIdentity, Option<Json>) {
+        let identity = RequestIdentity::of(request);
+        let reinvoked = self.reinvoked(identity, request.object.as_ref());
+        request.reinvocation = reinvoked.is_some();
+        let mut as_sent = None;
+        if let Some(Answered {
+            object: answered,
+            first_pass: Some(first_pass),
+        }) = &reinvoked
+        {
+            if let Some(object) = request.object.take() {
+                request.object = Some(rebase(first_pass, answered, &object));
+                as_sent = Some(object);
+            }
+        }
+        (identity, as_sent)
+    }
+
     /// Remembers `admitted`, what kmutate changed the object of the request
     /// of identity `id` into.
     pub fn remember(&self, id: RequestIdentity, admitted: Answered) {

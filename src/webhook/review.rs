@@ -573,15 +573,15 @@ mod tests {
         );
         let nested = |depth: usize| {
             format!(
-                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","object":{}{}}}}}"#,
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","object":{{"a":{}{}}}}}}}"#,
                 "[".repeat(depth),
                 "]".repeat(depth)
             )
         };
-        // The review and request take two levels.
-        assert!(decode(nested(MAX_NESTING - 2).as_bytes()).is_ok());
+        // The review, the request and the object take three levels.
+        assert!(decode(nested(MAX_NESTING - 3).as_bytes()).is_ok());
         assert_eq!(
-            decode(nested(MAX_NESTING - 1).as_bytes()).unwrap_err(),
+            decode(nested(MAX_NESTING - 2).as_bytes()).unwrap_err(),
             DecodeError::TooDeep
         );
         // Brackets inside strings do not count, escaped quotes included.
@@ -615,11 +615,12 @@ mod tests {
         // `decode` builds both objects.
         assert_eq!(decode(review(old).as_bytes()).unwrap().request, kept);
 
-        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-        // Within the limit (the review and the request take two levels).
-        assert!(decoded(&nested(MAX_NESTING - 2), false).is_ok());
+        let nested = |depth: usize| format!("{{\"a\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+        // Within the limit (the review, the request and the old object
+        // take three levels).
+        assert!(decoded(&nested(MAX_NESTING - 3), false).is_ok());
         for bad in [
-            nested(MAX_NESTING - 1),
+            nested(MAX_NESTING - 2),
             r#""\ud800""#.to_string(),
             "1e400".to_string(),
             r#""\x""#.to_string(),

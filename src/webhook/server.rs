@@ -22,7 +22,7 @@
 //! another Content-Type, or none, is answered 415.
 
 use super::metrics::{ErrorType, Metrics, RequestResult};
-use super::reinvocation::{self, Answered, RequestIdentity};
+use super::reinvocation::Answered;
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -1037,24 +1037,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     }
 
     let mut review = review;
-    let identity = RequestIdentity::of(&review.request);
-    let reinvoked = shared
-        .reinvocations
-        .reinvoked(identity, review.request.object.as_ref());
-    review.request.reinvocation = reinvoked.is_some();
-    // The object as kube-apiserver sent it, where the policies run on
-    // another: the reinvocation's ([`reinvocation::rebase`]).
-    let mut as_sent = None;
-    if let Some(Answered {
-        object: answered,
-        first_pass: Some(first_pass),
-    }) = &reinvoked
-    {
-        if let Some(object) = review.request.object.take() {
-            review.request.object = Some(reinvocation::rebase(first_pass, answered, &object));
-            as_sent = Some(object);
-        }
-    }
+    let (identity, as_sent) = shared.reinvocations.recognise(&mut review.request);
 
     // Evaluation runs here on the worker (handing it to another thread costs
     // more than most evaluations), stopped from inside at the deadline. One

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod fake_api;
+pub mod fuzz;
 pub mod kas;
 
 use base64::Engine as _;
