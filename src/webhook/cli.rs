@@ -82,6 +82,19 @@ pub struct ServeArgs {
     /// Longest time a shutdown (SIGTERM, SIGINT) waits for in-flight requests.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// The other replicas of this webhook (HOST:PORT, repeatable or
+    /// comma-separated; a headless Service's name gives them all). A
+    /// replica that stops hands them what it answered, so that
+    /// kube-apiserver's reinvocation of a request it answered is told
+    /// from a new request by whichever replica it reaches. The replicas
+    /// must serve the same certificate and key (--tls-cert, --tls-key).
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        value_delimiter = ',',
+        requires = "tls_cert"
+    )]
+    pub peers: Vec<String>,
     /// Longest time a request's head (request line and headers) may take to
     /// arrive, in all, not restarted by each byte: from the connection's
     /// start for its first request, from its first byte for a later one.
@@ -242,6 +255,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         client_ca: args.client_ca.clone(),
         timeout: args.timeout,
         drain_timeout: args.drain_timeout,
+        peers: args.peers.clone(),
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
     };

@@ -225,7 +225,21 @@ impl Connection {
 
     /// Sends one request and reads the whole answer.
     pub async fn request(&mut self, method: Method, path: &str, body: Bytes) -> Result<Response> {
-        let builder = Request::builder().method(method);
+        self.request_with(method, path, &[], body).await
+    }
+
+    /// [`Connection::request`] with further headers.
+    pub async fn request_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Response> {
+        let mut builder = Request::builder().method(method);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
         let response = match &mut self.sender {
             Sender::H1(s) => {
                 let req = builder

@@ -174,6 +174,8 @@ pub struct Metrics {
     bindings_loaded: Gauge,
     load_errors: Gauge,
     reinvocations: Counter,
+    handed_over: Counter,
+    hand_overs_unreached: Counter,
     cert_reloads: Family<ReloadLabels, Counter>,
     namespace_lookups: Family<ReloadLabels, Counter>,
 }
@@ -254,6 +256,18 @@ impl Metrics {
             "Admissions that ran the reinvocation pass of IfNeeded policies",
             reinvocations.clone(),
         );
+        let handed_over = Counter::default();
+        registry.register(
+            "kmutate_reinvocation_answers_handed_over",
+            "Remembered answers a stopping replica handed to its peers (--peers)",
+            handed_over.clone(),
+        );
+        let hand_overs_unreached = Counter::default();
+        registry.register(
+            "kmutate_reinvocation_hand_overs_unreached",
+            "Hand-overs of a stopping replica that reached no peer",
+            hand_overs_unreached.clone(),
+        );
         let cert_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "kmutate_certificate_reloads",
@@ -289,6 +303,8 @@ impl Metrics {
             bindings_loaded,
             load_errors,
             reinvocations,
+            handed_over,
+            hand_overs_unreached,
             cert_reloads,
             namespace_lookups,
         }
@@ -358,6 +374,15 @@ impl Metrics {
     /// A reinvocation pass ran.
     pub fn observe_reinvocation(&self) {
         self.reinvocations.inc();
+    }
+
+    /// A stopping replica's hand-over of `answers` reached `peers` peers.
+    pub fn observe_hand_over(&self, answers: usize, peers: usize) {
+        if peers > 0 {
+            self.handed_over.inc_by(answers as u64);
+        } else if answers > 0 {
+            self.hand_overs_unreached.inc();
+        }
     }
 
     /// The loaded configuration's size and problems.

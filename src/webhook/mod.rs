@@ -11,6 +11,7 @@
 //! - [`tls`]: certificates (files re-read when they change, or self-signed);
 //! - [`metrics`]: the Prometheus metrics;
 //! - [`reinvocation`]: telling kube-apiserver's reinvocation from a new request;
+//! - [`peers`]: handing what a stopping replica remembers to the others;
 //! - [`client`]: a small HTTPS client, used by [`loadtest`] and the tests;
 //! - [`loadtest`]: `kmutate loadtest`;
 //! - [`cli`]: the `serve` and `loadtest` subcommands.
@@ -21,6 +22,7 @@ pub mod client;
 mod engine_tests;
 pub mod loadtest;
 pub mod metrics;
+pub mod peers;
 pub mod reinvocation;
 pub mod review;
 pub mod server;

@@ -44,7 +44,60 @@ const MOST_REMEMBERED: usize = 1024;
 /// The objects kmutate admitted changed, by request identity.
 #[derive(Default)]
 pub struct ReinvocationMemory {
-    answers: Mutex<HashMap<u64, (Instant, Answered)>>,
+    answers: Mutex<Answers>,
+}
+
+/// The answers remembered: several a request identity, since concurrent
+/// requests can share one (a ReplicaSet's Pods: one user, one
+/// generateName) and differ only in what other plugins set (each Pod's
+/// token volume has a name of its own).
+#[derive(Default)]
+struct Answers {
+    by_identity: HashMap<u64, Vec<(Instant, Answered)>>,
+    count: usize,
+}
+
+impl Answers {
+    fn insert(&mut self, id: u64, at: Instant, answered: Answered) {
+        if self.count >= MOST_REMEMBERED {
+            self.forget_expired();
+        }
+        if self.count >= MOST_REMEMBERED {
+            self.forget_oldest();
+        }
+        self.by_identity.entry(id).or_default().push((at, answered));
+        self.count += 1;
+    }
+
+    fn forget_expired(&mut self) {
+        self.by_identity.retain(|_, answers| {
+            answers.retain(|(at, _)| at.elapsed() < REMEMBERED_FOR);
+            !answers.is_empty()
+        });
+        self.count = self.by_identity.values().map(Vec::len).sum();
+    }
+
+    fn forget_oldest(&mut self) {
+        let oldest = self
+            .by_identity
+            .iter()
+            .flat_map(|(id, answers)| {
+                answers
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, (at, _))| (*at, *id, i))
+            })
+            .min();
+        if let Some((_, id, i)) = oldest {
+            if let Some(answers) = self.by_identity.get_mut(&id) {
+                answers.remove(i);
+                if answers.is_empty() {
+                    self.by_identity.remove(&id);
+                }
+            }
+            self.count -= 1;
+        }
+    }
 }
 
 /// What kmutate answered a request with.
@@ -77,14 +130,22 @@ impl ReinvocationMemory {
     /// last 30 s.
     pub fn reinvoked(&self, id: RequestIdentity, object: Option<&Json>) -> Option<Answered> {
         let object = object?;
-        let answered = {
+        let candidates: Vec<Answered> = {
             let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-            match answers.get(&id.0) {
-                Some((at, answered)) if at.elapsed() < REMEMBERED_FOR => answered.clone(),
-                _ => return None,
-            }
+            let Some(found) = answers.by_identity.get(&id.0) else {
+                return None;
+            };
+            // Newest first.
+            found
+                .iter()
+                .rev()
+                .filter(|(at, _)| at.elapsed() < REMEMBERED_FOR)
+                .map(|(_, answered)| answered.clone())
+                .collect()
         };
-        holds(object, &answered.object).then_some(answered)
+        candidates
+            .into_iter()
+            .find(|answered| holds(object, &answered.object))
     }
 
     /// Takes `request` for kube-apiserver's reinvocation of a request this
@@ -111,25 +172,140 @@ impl ReinvocationMemory {
         (identity, as_sent)
     }
 
+    /// Every answer remembered and not yet expired, for another replica
+    /// ([`crate::webhook::peers`]).
+    pub fn remembered(&self) -> Vec<Remembered> {
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        answers
+            .by_identity
+            .iter()
+            .flat_map(|(id, found)| found.iter().map(move |(at, answered)| (*id, at, answered)))
+            .filter(|(_, at, _)| at.elapsed() < REMEMBERED_FOR)
+            .map(|(id, at, answered)| Remembered {
+                identity: RequestIdentity(id),
+                age: at.elapsed(),
+                answered: answered.clone(),
+            })
+            .collect()
+    }
+
+    /// Takes in what another replica remembered, each answer as old as it
+    /// was there (one this memory holds already is not taken twice).
+    pub fn absorb(&self, entries: Vec<Remembered>) {
+        let now = Instant::now();
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in entries {
+            if entry.age >= REMEMBERED_FOR {
+                continue;
+            }
+            let known = answers
+                .by_identity
+                .get(&entry.identity.0)
+                .is_some_and(|found| {
+                    found.iter().any(|(_, a)| {
+                        a.object == entry.answered.object
+                            && a.first_pass == entry.answered.first_pass
+                    })
+                });
+            if !known {
+                let at = now.checked_sub(entry.age).unwrap_or(now);
+                answers.insert(entry.identity.0, at, entry.answered);
+            }
+        }
+    }
+
     /// Remembers `admitted`, what kmutate changed the object of the request
     /// of identity `id` into.
     pub fn remember(&self, id: RequestIdentity, admitted: Answered) {
-        let now = Instant::now();
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        if answers.len() >= MOST_REMEMBERED {
-            answers.retain(|_, (at, _)| now.duration_since(*at) < REMEMBERED_FOR);
-            if answers.len() >= MOST_REMEMBERED {
-                if let Some(oldest) = answers
-                    .iter()
-                    .min_by_key(|(_, (at, _))| *at)
-                    .map(|(k, _)| *k)
-                {
-                    answers.remove(&oldest);
-                }
-            }
-        }
-        answers.insert(id.0, (now, admitted));
+        answers.insert(id.0, Instant::now(), admitted);
     }
+}
+
+/// One remembered answer, as one replica hands it to another.
+#[derive(Clone, Debug)]
+pub struct Remembered {
+    /// The identity of the request answered.
+    pub identity: RequestIdentity,
+    /// How long ago it was answered.
+    pub age: Duration,
+    /// The answer.
+    pub answered: Answered,
+}
+
+/// Why a hand-over body was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum HandOverError {
+    /// Not JSON, or not the shape [`encode_remembered`] writes.
+    #[error("reinvocation hand-over: {0}")]
+    Invalid(String),
+}
+
+/// `entries` as the JSON body one replica sends another:
+/// `{"entries": [{"identity": "N", "ageMillis": N, "object": {...},
+/// "firstPass": {...} | null}]}`. The identity is a hash of the request's
+/// parts, the same in every replica of one build.
+pub fn encode_remembered(entries: &[Remembered]) -> Vec<u8> {
+    let entries: Vec<Json> = entries
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "identity": e.identity.0.to_string(),
+                "ageMillis": e.age.as_millis() as u64,
+                "object": &*e.answered.object,
+                "firstPass": e.answered.first_pass.as_deref(),
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "entries": entries })).unwrap_or_default()
+}
+
+/// The entries of a body [`encode_remembered`] wrote.
+pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> {
+    let invalid = |what: &str| HandOverError::Invalid(what.to_string());
+    let mut doc: Json =
+        serde_json::from_slice(body).map_err(|e| HandOverError::Invalid(e.to_string()))?;
+    let Some(Json::Array(entries)) = doc.get_mut("entries").map(Json::take) else {
+        return Err(invalid("entries: expected an array"));
+    };
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut entry)| {
+            let identity = entry
+                .get("identity")
+                .and_then(Json::as_str)
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    invalid(&format!("entries[{i}].identity: expected a decimal string"))
+                })?;
+            let age = entry
+                .get("ageMillis")
+                .and_then(Json::as_u64)
+                .ok_or_else(|| invalid(&format!("entries[{i}].ageMillis: expected a number")))?;
+            let object = match entry.get_mut("object").map(Json::take) {
+                Some(o @ Json::Object(_)) => o,
+                _ => return Err(invalid(&format!("entries[{i}].object: expected an object"))),
+            };
+            let first_pass = match entry.get_mut("firstPass").map(Json::take) {
+                None | Some(Json::Null) => None,
+                Some(o @ Json::Object(_)) => Some(Arc::new(o)),
+                _ => {
+                    return Err(invalid(&format!(
+                        "entries[{i}].firstPass: expected an object or null"
+                    )))
+                }
+            };
+            Ok(Remembered {
+                identity: RequestIdentity(identity),
+                age: Duration::from_millis(age),
+                answered: Answered {
+                    object: Arc::new(object),
+                    first_pass,
+                },
+            })
+        })
+        .collect()
 }
 
 /// The object kube-apiserver's reinvocation pass would give the policies:
@@ -253,6 +429,84 @@ mod tests {
         assert!(seen(&memory, &pod_create(reinvoked)));
         // The same request again, as a client or a controller sends it.
         assert!(!seen(&memory, &pod_create(sent)));
+    }
+
+    #[test]
+    fn concurrent_requests_of_one_identity_are_each_told_apart() {
+        // A ReplicaSet's Pods: one user, one generateName, each with a
+        // token volume of its own from the ServiceAccount plugin, answered
+        // before either reinvocation comes.
+        let memory = ReinvocationMemory::default();
+        let pod = |token: &str, sidecar: bool| {
+            let mut containers = vec![json!({"name": "app"})];
+            if sidecar {
+                containers.push(json!({"name": "sidecar"}));
+            }
+            json!({"metadata": {"generateName": "web-"},
+                "spec": {"volumes": [{"name": token}], "containers": containers}})
+        };
+        let create = |object: Json| AdmissionRequest {
+            name: String::new(),
+            ..pod_create(object)
+        };
+        for token in ["kube-api-access-aaaaa", "kube-api-access-bbbbb"] {
+            let request = create(pod(token, false));
+            assert!(!seen(&memory, &request));
+            memory.remember(RequestIdentity::of(&request), answer(pod(token, true)));
+        }
+        for token in ["kube-api-access-aaaaa", "kube-api-access-bbbbb"] {
+            let reinvocation = create(pod(token, true));
+            let found = memory
+                .reinvoked(
+                    RequestIdentity::of(&reinvocation),
+                    reinvocation.object.as_ref(),
+                )
+                .expect("the reinvocation is recognised");
+            assert_eq!(*found.object, pod(token, true));
+        }
+        assert_eq!(memory.remembered().len(), 2);
+    }
+
+    #[test]
+    fn a_peers_answers_are_taken_in_once_and_keep_their_age() {
+        let memory = ReinvocationMemory::default();
+        let request = pod_create(json!({"spec": {}}));
+        let id = RequestIdentity::of(&request);
+        let entry = Remembered {
+            identity: id,
+            age: Duration::from_secs(5),
+            answered: answer(json!({"spec": {"x": 1}})),
+        };
+        let body = encode_remembered(std::slice::from_ref(&entry));
+        let decoded = decode_remembered(&body).unwrap();
+        memory.absorb(decoded.clone());
+        memory.absorb(decoded);
+        let remembered = memory.remembered();
+        assert_eq!(remembered.len(), 1);
+        assert!(remembered[0].age >= Duration::from_secs(5));
+        assert!(memory
+            .reinvoked(id, Some(&json!({"spec": {"x": 1, "y": 2}})))
+            .is_some());
+        // Expired on the way: not taken.
+        let old = Remembered {
+            age: REMEMBERED_FOR,
+            ..entry
+        };
+        let other = ReinvocationMemory::default();
+        other.absorb(vec![old]);
+        assert!(other.remembered().is_empty());
+        for bad in [
+            &b"{}"[..],
+            br#"{"entries":[{"identity":1,"ageMillis":0,"object":{}}]}"#,
+            br#"{"entries":[{"identity":"1","ageMillis":0,"object":[]}]}"#,
+            br#"{"entries":[{"identity":"1","ageMillis":0,"object":{},"firstPass":3}]}"#,
+        ] {
+            assert!(
+                decode_remembered(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

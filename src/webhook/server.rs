@@ -22,7 +22,8 @@
 //! another Content-Type, or none, is answered 415.
 
 use super::metrics::{ErrorType, Metrics, RequestResult};
-use super::reinvocation::Answered;
+use super::peers::{Peers, HAND_OVER_PATH, INSTANCE_HEADER, MAX_HAND_OVER_BYTES};
+use super::reinvocation::{decode_remembered, Answered, Remembered};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -125,6 +126,9 @@ pub struct ServeConfig {
     pub timeout: Duration,
     /// Longest time shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// The other replicas (`HOST:PORT`), handed the reinvocation memory
+    /// when this one stops ([`super::peers`]).
+    pub peers: Vec<String>,
     /// Longest time a request's head (request line and headers) may take to
     /// arrive, in all; past it the connection is closed. Zero: no limit.
     pub header_read_timeout: Duration,
@@ -145,6 +149,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("client_ca", &self.client_ca)
             .field("timeout", &self.timeout)
             .field("drain_timeout", &self.drain_timeout)
+            .field("peers", &self.peers)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .finish()
@@ -175,6 +180,7 @@ impl ServeConfig {
             client_ca: None,
             timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(15),
+            peers: Vec::new(),
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
@@ -195,6 +201,11 @@ struct Shared {
     timeout: Duration,
     /// What kmutate answered with a change, to tell reinvocations.
     reinvocations: super::reinvocation::ReinvocationMemory,
+    /// The replicas handed the memory when this one stops.
+    peers: Option<Peers>,
+    /// Set while stopping: each answer with a change is handed to the
+    /// peers before it is sent.
+    handing_over: AtomicBool,
     shutting_down: AtomicBool,
     received: AtomicU64,
 }
@@ -234,11 +245,11 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         }
     };
     let cert = Arc::new(ReloadingCert::new(
-        files,
+        files.clone(),
         provider.clone(),
         Some(metrics.clone()),
     )?);
-    let tls_config = tls::server_config(cert, config.client_ca.as_deref(), provider)?;
+    let tls_config = tls::server_config(cert.clone(), config.client_ca.as_deref(), provider)?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
     let listener = TcpListener::bind(config.listen)
         .await
@@ -261,6 +272,11 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         metrics: metrics.clone(),
         timeout: config.timeout,
         reinvocations: Default::default(),
+        peers: match config.peers.is_empty() {
+            true => None,
+            false => Some(Peers::new(config.peers.clone(), files, cert.clone())?),
+        },
+        handing_over: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
         received: AtomicU64::new(0),
     });
@@ -392,7 +408,8 @@ async fn serve_tls(
     limits: Limits,
 ) {
     let builder = connection_builder();
-    let connection_shutdown = shutdown.clone();
+    // Connections are told to stop only after the hand-over to the peers.
+    let (stop_connections, connection_shutdown) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -451,6 +468,8 @@ async fn serve_tls(
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
     drop(listener);
+    hand_over_to_peers(&shared).await;
+    let _ = stop_connections.send(true);
     tracing::info!("shutting down: draining in-flight requests");
     // Each connection saw the shutdown: HTTP/1.1 ones close after their
     // request in flight, HTTP/2 ones get GOAWAY.
@@ -464,6 +483,70 @@ async fn serve_tls(
         connections.detach_all();
     } else {
         tracing::info!("drained");
+    }
+}
+
+/// Before any connection closes: hands what this replica remembers to its
+/// peers, and has every later answer with a change handed over before it
+/// is sent ([`super::peers`]).
+async fn hand_over_to_peers(shared: &Shared) {
+    let Some(peers) = &shared.peers else {
+        return;
+    };
+    // First the flag, then the snapshot: an answer remembered between the
+    // two is handed over twice, never not at all.
+    shared.handing_over.store(true, Ordering::SeqCst);
+    let entries = shared.reinvocations.remembered();
+    let started = Instant::now();
+    let taken = peers.hand_over(&entries).await;
+    tracing::info!(
+        answers = entries.len(),
+        peers = taken,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "reinvocation memory handed to the peers"
+    );
+    shared.metrics.observe_hand_over(entries.len(), taken);
+}
+
+/// `POST /reinvocations`: what a stopping peer remembered, taken in.
+async fn take_hand_over(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some(peers) = &shared.peers else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found: this replica has no --peers",
+        );
+    };
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    match peers.accepts(header("authorization"), header(INSTANCE_HEADER)) {
+        Ok(true) => {}
+        Ok(false) => return text(StatusCode::NO_CONTENT, ""),
+        Err(e) => {
+            tracing::warn!(error = %e, "reinvocation hand-over refused");
+            return text(StatusCode::FORBIDDEN, "not a replica of this webhook");
+        }
+    }
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_HAND_OVER_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("reading the hand-over: {e}"),
+            )
+        }
+    };
+    match decode_remembered(&body) {
+        Ok(entries) => {
+            tracing::info!(
+                answers = entries.len(),
+                "reinvocation memory taken from a peer"
+            );
+            shared.reinvocations.absorb(entries);
+            text(StatusCode::NO_CONTENT, "")
+        }
+        Err(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
 
@@ -844,6 +927,7 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>>
 async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::POST, MUTATE_PATH) => mutate(shared, req).await,
+        (&Method::POST, HAND_OVER_PATH) => take_hand_over(shared, req).await,
         (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
         (&Method::GET, READYZ_PATH) => {
             if shared.shutting_down.load(Ordering::SeqCst) {
@@ -1099,13 +1183,21 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     match leftover {
         // The object changed: kube-apiserver may call again with it.
         Some((admitted, first_pass)) if matches!(result, RequestResult::Patched) => {
-            shared.reinvocations.remember(
-                identity,
-                Answered {
-                    object: Arc::new(admitted),
-                    first_pass: first_pass.map(Arc::new),
-                },
-            )
+            let answered = Answered {
+                object: Arc::new(admitted),
+                first_pass: first_pass.map(Arc::new),
+            };
+            shared.reinvocations.remember(identity, answered.clone());
+            if let (Some(peers), true) = (&shared.peers, shared.handing_over.load(Ordering::SeqCst))
+            {
+                // Stopping: the peers know the answer before kube-apiserver does.
+                let entry = Remembered {
+                    identity,
+                    age: Duration::ZERO,
+                    answered,
+                };
+                peers.hand_over(std::slice::from_ref(&entry)).await;
+            }
         }
         leftover => drop_after_reply(leftover.map(|(admitted, _)| admitted)),
     }
