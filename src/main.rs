@@ -154,7 +154,7 @@ Examples:
   kmutate serve --policies /etc/kmutate/policies --bindings /etc/kmutate/bindings \\
       --tls-cert /tls/tls.crt --tls-key /tls/tls.key --log-format json"
     )]
-    Serve(kmutate::webhook::cli::ServeArgs),
+    Serve(Box<kmutate::webhook::cli::ServeArgs>),
     /// Drive a webhook with a recorded AdmissionReview; report throughput and latency.
     #[command(
         after_long_help = "Prints requests, throughput, p50, p99 and p99.9 latency.
@@ -329,7 +329,7 @@ fn main() -> ExitCode {
         Command::Conformance(c) => conformance_cmd(c),
         Command::Bench(b) => bench(b),
         Command::Check(c) => check(c),
-        Command::Serve(s) => kmutate::webhook::cli::serve(s),
+        Command::Serve(s) => kmutate::webhook::cli::serve(*s),
         Command::Loadtest(l) => kmutate::webhook::cli::loadtest_cmd(l),
         Command::Translate(t) => kmutate::translate::cli::translate_cmd(t),
         Command::Completions(c) => completions(c.shell),

@@ -83,11 +83,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// The other replicas of this webhook (HOST:PORT, repeatable or
-    /// comma-separated; a headless Service's name gives them all). A
-    /// replica that stops hands them what it answered, so that
-    /// kube-apiserver's reinvocation of a request it answered is told
-    /// from a new request by whichever replica it reaches. The replicas
-    /// must serve the same certificate and key (--tls-cert, --tls-key).
+    /// comma-separated; a headless Service's name gives them all). Each
+    /// answer with a change reaches the peers before kube-apiserver, so
+    /// that its reinvocation of the request is told from a new request by
+    /// whichever replica it reaches. The replicas must serve the same
+    /// certificate and key (--tls-cert, --tls-key).
     #[arg(
         long,
         value_name = "HOST:PORT",
@@ -95,6 +95,10 @@ pub struct ServeArgs {
         requires = "tls_cert"
     )]
     pub peers: Vec<String>,
+    /// Where the peers reach this replica (HOST:PORT; in a Pod,
+    /// `$(POD_IP):8443`). Default: --listen, unless it is a wildcard address.
+    #[arg(long, value_name = "HOST:PORT", requires = "peers")]
+    pub peer_address: Option<String>,
     /// Longest time a request's head (request line and headers) may take to
     /// arrive, in all, not restarted by each byte: from the connection's
     /// start for its first request, from its first byte for a later one.
@@ -256,6 +260,10 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         timeout: args.timeout,
         drain_timeout: args.drain_timeout,
         peers: args.peers.clone(),
+        peer_address: args
+            .peer_address
+            .clone()
+            .or_else(|| (!args.listen.ip().is_unspecified()).then(|| args.listen.to_string())),
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
     };

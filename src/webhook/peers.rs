@@ -1,28 +1,35 @@
-//! Handing the reinvocation memory to the other replicas when one stops.
+//! Sharing the reinvocation memory among the replicas.
 //!
 //! kube-apiserver's reinvocation of the webhook carries nothing that says
-//! it is one ([`super::reinvocation`]): only the replica that answered the
-//! first call can tell it. kube-apiserver keeps its connection to one
-//! replica, so the second call reaches the first one's replica, except
-//! when that replica stops between the two (a rolling update): its
-//! connections close and the second call reaches another replica, which
-//! would run the `Never` policies again (a sidecar appended twice).
+//! it is one ([`super::reinvocation`]): only a replica that knows the
+//! first call's answer can tell it. kube-apiserver does not keep to one
+//! replica: when a replica stops, its connections close and the second
+//! call goes to another, and Go's client opens several connections at
+//! once under load, which a Service spreads over the replicas. A replica
+//! that did not know the answer would run the `Never` policies again (a
+//! sidecar appended twice).
 //!
-//! So a replica that stops hands what it remembers to its peers before it
-//! closes a connection, and until it has drained it hands each further
-//! answer over before sending it: every answer kube-apiserver has from it
-//! is known to the peers before any call can reach them instead. A replica
-//! takes in what peers hand it on `POST /reinvocations`.
+//! So every replica knows every answer before kube-apiserver has it:
 //!
-//! Peers are named by `--peers` (`HOST:PORT`, each name resolved when the
-//! hand-over starts: a headless Service's name gives every replica's
-//! address). Both sides prove they hold the serving key, which the
-//! replicas share: the receiver by presenting the very certificate this
-//! replica serves (pinned, whatever its name or issuer), the sender by a
-//! token derived from the private key. A replica hands nothing to itself
-//! (each process has an instance id of its own).
+//! - each answer with a change is sent to the peers that are up, and
+//!   waited for, before it is sent to kube-apiserver
+//!   (`POST /reinvocations`);
+//! - a replica that starts takes what its peers remember (`GET
+//!   /reinvocations`) before it accepts a connection, telling them its own
+//!   address, from which on they send it their answers;
+//! - a replica that stops hands what it remembers to its peers before it
+//!   closes a connection.
+//!
+//! A peer that does not answer is left out for a second, then tried again.
+//! Peers are named by `--peers` (`HOST:PORT`, resolved every few seconds:
+//! a headless Service's name gives every replica's address) and announce
+//! themselves (`--peer-address`). Both sides prove they hold the serving
+//! key, which the replicas share: the receiver by presenting the very
+//! certificate this replica serves (pinned, whatever its name or issuer),
+//! the sender by a token derived from the private key. A replica sends
+//! nothing to itself (each process has an instance id of its own).
 
-use super::client::Client;
+use super::client::{Client, Connection};
 use super::reinvocation::{encode_remembered, Remembered};
 use super::tls::{self, CertFiles, ReloadingCert};
 use anyhow::{anyhow, Context as _, Result};
@@ -32,15 +39,19 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Where a replica takes in what another hands it.
 pub const HAND_OVER_PATH: &str = "/reinvocations";
 
 /// The header naming the sending process (a replica ignores its own).
 pub const INSTANCE_HEADER: &str = "kmutate-instance";
+
+/// The header with the sender's own address (`--peer-address`).
+pub const ADDRESS_HEADER: &str = "kmutate-peer-address";
 
 /// Most bytes of one hand-over request: entries are sent in batches of
 /// about this size (one object may be larger, up to the request limit).
@@ -49,33 +60,66 @@ const BATCH_BYTES: usize = 4 << 20;
 /// Largest hand-over body a replica reads: a batch and one more object.
 pub const MAX_HAND_OVER_BYTES: usize = BATCH_BYTES + 2 * super::MAX_BODY_BYTES;
 
-/// How long a hand-over keeps trying a peer that does not answer (a
-/// replica just started may not listen yet).
+/// How long a stopping replica's hand-over, or a starting one's taking,
+/// keeps trying a peer that does not answer (a replica just started may
+/// not listen yet).
 const PEER_PATIENCE: Duration = Duration::from_secs(3);
 
-/// The other replicas, and the means to hand them answers.
+/// How long a peer that failed is left out.
+const PEER_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long one exchange with a peer on the request path may take.
+const PEER_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How often the `--peers` names are resolved again.
+const RESOLVE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a token derived from the key is used before the key file is
+/// read again (it may have been rotated).
+const TOKEN_FOR: Duration = Duration::from_secs(5);
+
+/// The other replicas, and the means to reach them.
 pub struct Peers {
-    addresses: Vec<String>,
+    names: Vec<String>,
+    own_address: Option<String>,
     instance: String,
     key: CertFiles,
     config: ClientConfig,
+    token: Mutex<(Instant, String)>,
+    links: Mutex<Links>,
+}
+
+/// The peers known: from `--peers` and from their announcements.
+#[derive(Default)]
+struct Links {
+    by_address: HashMap<SocketAddr, Arc<PeerLink>>,
+    resolved_at: Option<Instant>,
+}
+
+/// One peer: its connection, kept open, and when it may be tried again.
+struct PeerLink {
+    addr: SocketAddr,
+    connection: tokio::sync::Mutex<Option<Connection>>,
+    down_until: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peers")
-            .field("addresses", &self.addresses)
+            .field("names", &self.names)
+            .field("own_address", &self.own_address)
             .field("instance", &self.instance)
             .finish()
     }
 }
 
 impl Peers {
-    /// Peers at `addresses` (`HOST:PORT`), for a replica serving the
-    /// certificate and key of `files` (`cert` is that certificate, kept
-    /// current).
+    /// Peers named `names` (`HOST:PORT`), for a replica reached at
+    /// `own_address` serving the certificate and key of `files` (`cert` is
+    /// that certificate, kept current).
     pub fn new(
-        addresses: Vec<String>,
+        names: Vec<String>,
+        own_address: Option<String>,
         files: CertFiles,
         cert: Arc<ReloadingCert>,
     ) -> Result<Peers> {
@@ -88,27 +132,23 @@ impl Peers {
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
-        // The token is derived now once, to fail at start on a key that
-        // cannot be read.
-        token(&files).context("the reinvocation hand-over's token")?;
+        let token = token(&files).context("the replicas' token")?;
         Ok(Peers {
-            addresses,
+            names,
+            own_address,
             instance: instance_id(),
             key: files,
             config,
+            token: Mutex::new((Instant::now(), token)),
+            links: Mutex::default(),
         })
     }
 
-    /// This process's instance id.
-    pub fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    /// Whether a hand-over's `authorization` header and instance header
-    /// come from a replica holding this one's key; `Ok(false)` for this
-    /// process's own.
+    /// Whether a request's `authorization` and instance headers come from
+    /// a replica holding this one's key; `Ok(false)` for this process's
+    /// own.
     pub fn accepts(&self, authorization: Option<&str>, instance: Option<&str>) -> Result<bool> {
-        let expected = format!("Bearer {}", token(&self.key)?);
+        let expected = format!("Bearer {}", self.token()?);
         let given = authorization.unwrap_or_default();
         if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
             return Err(anyhow!("not a replica's token"));
@@ -116,40 +156,133 @@ impl Peers {
         Ok(instance != Some(self.instance.as_str()))
     }
 
-    /// Hands `entries` to every peer reachable within a few seconds; the
-    /// number of peers that took them.
+    /// A peer announced itself at `address` (`HOST:PORT`): it is sent
+    /// answers from now on, and every peer left out is tried again.
+    pub async fn announced(&self, address: Option<&str>) {
+        let mut found = Vec::new();
+        if let Some(address) = address {
+            match tokio::net::lookup_host(address).await {
+                Ok(addrs) => found.extend(addrs),
+                Err(e) => {
+                    tracing::warn!(peer = %address, error = %e, "resolving an announced peer failed")
+                }
+            }
+        }
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        for addr in found {
+            links
+                .by_address
+                .entry(addr)
+                .or_insert_with(|| PeerLink::new(addr));
+        }
+        for link in links.by_address.values() {
+            *link.down_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// Sends `entries` to every peer that is up and waits for them (each
+    /// at most [`PEER_TIMEOUT`]); the number of peers that took them.
+    pub async fn send(&self, entries: &[Remembered]) -> usize {
+        self.send_within(entries, PEER_TIMEOUT).await
+    }
+
+    /// [`Peers::send`] with more patience, as a stopping replica hands
+    /// over all it remembers.
     pub async fn hand_over(&self, entries: &[Remembered]) -> usize {
+        self.send_within(entries, PEER_PATIENCE).await
+    }
+
+    async fn send_within(&self, entries: &[Remembered], patience: Duration) -> usize {
         if entries.is_empty() {
             return 0;
         }
-        let token = match token(&self.key) {
+        // A hand-over tries every peer, those left out a moment ago too.
+        let every = patience >= PEER_PATIENCE;
+        let token = match self.token() {
             Ok(t) => t,
             Err(e) => {
-                tracing::warn!(error = %e, "reinvocation hand-over: the key cannot be read");
+                tracing::warn!(error = %e, "reinvocation memory: the key cannot be read");
                 return 0;
             }
         };
         let batches = batches(entries);
-        let addresses = self.resolve().await;
-        let sends = addresses
+        let exchange = Exchange {
+            token: &token,
+            method: Method::POST,
+            bodies: &batches,
+            patience,
+        };
+        self.with_each(every, exchange)
+            .await
+            .into_iter()
+            .filter(Result::is_ok)
+            .count()
+    }
+
+    /// `exchange` with each peer at once (`every`: those left out too).
+    async fn with_each(&self, every: bool, exchange: Exchange<'_>) -> Vec<Result<Bytes>> {
+        let links = self.links(every).await;
+        let each = links
             .iter()
-            .map(|addr| self.send_to(*addr, &token, &batches));
-        let results = futures::future::join_all(sends).await;
-        let mut taken = 0;
-        for (addr, result) in addresses.iter().zip(results) {
-            match result {
-                Ok(()) => taken += 1,
-                Err(e) => {
-                    tracing::warn!(peer = %addr, error = %format!("{e:#}"), "reinvocation hand-over failed")
-                }
+            .map(|link| self.exchange(link, exchange.clone()));
+        futures::future::join_all(each).await
+    }
+
+    /// What the peers remember (each asked for at most `patience`),
+    /// announcing this replica to them.
+    pub async fn take_from_peers(&self, patience: Duration) -> Vec<Remembered> {
+        let Ok(token) = self.token() else {
+            return Vec::new();
+        };
+        let empty = [Bytes::new()];
+        let exchange = Exchange {
+            token: &token,
+            method: Method::GET,
+            bodies: &empty,
+            patience,
+        };
+        let mut taken = Vec::new();
+        for answer in self.with_each(true, exchange).await.into_iter().flatten() {
+            match super::reinvocation::decode_remembered(&answer) {
+                Ok(entries) => taken.extend(entries),
+                Err(e) => tracing::warn!(error = %e, "a peer's memory could not be read"),
             }
         }
         taken
     }
 
+    /// The links to try now (`every`: those left out too), `--peers`
+    /// resolved again when it is time.
+    async fn links(&self, every: bool) -> Vec<Arc<PeerLink>> {
+        let due = {
+            let links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+            links
+                .resolved_at
+                .is_none_or(|at| at.elapsed() >= RESOLVE_EVERY)
+        };
+        if due {
+            let resolved = self.resolve().await;
+            let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+            links.resolved_at = Some(Instant::now());
+            for addr in resolved {
+                links
+                    .by_address
+                    .entry(addr)
+                    .or_insert_with(|| PeerLink::new(addr));
+            }
+        }
+        let links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        links
+            .by_address
+            .values()
+            .filter(|link| every || link.is_up())
+            .cloned()
+            .collect()
+    }
+
     async fn resolve(&self) -> Vec<SocketAddr> {
         let mut found = Vec::new();
-        for name in &self.addresses {
+        for name in &self.names {
             match tokio::net::lookup_host(name.as_str()).await {
                 Ok(addrs) => found.extend(addrs),
                 Err(e) => tracing::warn!(peer = %name, error = %e, "resolving a peer failed"),
@@ -160,39 +293,130 @@ impl Peers {
         found
     }
 
-    async fn send_to(&self, addr: SocketAddr, token: &str, batches: &[Bytes]) -> Result<()> {
+    /// One exchange with `link` (each body in turn), on its kept
+    /// connection or a new one; a failure leaves the peer out for
+    /// [`PEER_BACKOFF`]. The last answer's body.
+    async fn exchange(&self, link: &PeerLink, exchange: Exchange<'_>) -> Result<Bytes> {
+        let patience = exchange.patience;
+        let result = tokio::time::timeout(patience, self.exchange_once(link, exchange)).await;
+        let result = result.unwrap_or_else(|_| Err(anyhow!("no answer within {patience:?}")));
+        if let Err(e) = &result {
+            tracing::warn!(peer = %link.addr, error = %format!("{e:#}"), "a peer did not take part; left out for {PEER_BACKOFF:?}");
+            *link.down_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(Instant::now() + PEER_BACKOFF);
+        }
+        result
+    }
+
+    async fn exchange_once(&self, link: &PeerLink, exchange: Exchange<'_>) -> Result<Bytes> {
+        let Exchange {
+            token,
+            method,
+            bodies,
+            patience,
+        } = exchange;
+        let mut kept = link.connection.lock().await;
+        let reused = kept.as_ref().is_some_and(Connection::is_open);
+        if !reused {
+            *kept = Some(self.connect(link.addr, patience).await?);
+        }
+        let connection = kept.as_mut().expect("a connection was just made");
+        match self.send_bodies(connection, token, &method, bodies).await {
+            // The kept connection may have closed meanwhile (the peer
+            // restarted): once more on a new one.
+            Err(_) if reused => {
+                *kept = Some(self.connect(link.addr, patience).await?);
+                let connection = kept.as_mut().expect("a connection was just made");
+                self.send_bodies(connection, token, &method, bodies).await
+            }
+            result => result,
+        }
+    }
+
+    async fn send_bodies(
+        &self,
+        connection: &mut Connection,
+        token: &str,
+        method: &Method,
+        bodies: &[Bytes],
+    ) -> Result<Bytes> {
+        let authorization = format!("Bearer {token}");
+        let mut headers = vec![
+            ("authorization", authorization.as_str()),
+            (INSTANCE_HEADER, self.instance.as_str()),
+        ];
+        if let Some(own) = &self.own_address {
+            headers.push((ADDRESS_HEADER, own.as_str()));
+        }
+        let mut last = Bytes::new();
+        for body in bodies {
+            let response = connection
+                .request_with(method.clone(), HAND_OVER_PATH, &headers, body.clone())
+                .await?;
+            if !response.status.is_success() {
+                return Err(anyhow!("{}: {}", response.status, response.text().trim()));
+            }
+            last = response.body;
+        }
+        Ok(last)
+    }
+
+    /// A connection to `addr`; with the patience of a hand-over, tried
+    /// again while refused (a replica just started may not listen yet),
+    /// else once: on the request path a peer that refuses is down.
+    async fn connect(&self, addr: SocketAddr, patience: Duration) -> Result<Connection> {
         let client = Client::new(addr, &addr.ip().to_string(), self.config.clone(), true)?;
-        let deadline = tokio::time::Instant::now() + PEER_PATIENCE;
-        let mut connection = loop {
-            match tokio::time::timeout_at(deadline, client.connect()).await {
-                Ok(Ok(c)) => break c,
-                Ok(Err(e))
-                    if tokio::time::Instant::now() + Duration::from_millis(50) < deadline =>
+        let deadline = tokio::time::Instant::now() + patience;
+        let retry = patience >= PEER_PATIENCE;
+        loop {
+            match client.connect().await {
+                Ok(c) => return Ok(c),
+                Err(e)
+                    if retry
+                        && tokio::time::Instant::now() + Duration::from_millis(50) < deadline =>
                 {
                     tracing::debug!(peer = %addr, error = %e, "peer not reached yet");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(anyhow!("no answer within {PEER_PATIENCE:?}")),
-            }
-        };
-        let authorization = format!("Bearer {token}");
-        let headers = [
-            ("authorization", authorization.as_str()),
-            (INSTANCE_HEADER, self.instance.as_str()),
-        ];
-        for batch in batches {
-            let response = tokio::time::timeout_at(
-                deadline.max(tokio::time::Instant::now() + Duration::from_secs(1)),
-                connection.request_with(Method::POST, HAND_OVER_PATH, &headers, batch.clone()),
-            )
-            .await
-            .map_err(|_| anyhow!("no answer within {PEER_PATIENCE:?}"))??;
-            if !response.status.is_success() {
-                return Err(anyhow!("{}: {}", response.status, response.text().trim()));
+                Err(e) => return Err(e),
             }
         }
-        Ok(())
+    }
+
+    /// The token, derived again from the key file every [`TOKEN_FOR`].
+    fn token(&self) -> Result<String> {
+        let mut cached = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.0.elapsed() >= TOKEN_FOR {
+            *cached = (Instant::now(), token(&self.key)?);
+        }
+        Ok(cached.1.clone())
+    }
+}
+
+/// One exchange with a peer: the requests' method and bodies, with the
+/// token, within `patience`.
+#[derive(Clone)]
+struct Exchange<'a> {
+    token: &'a str,
+    method: Method,
+    bodies: &'a [Bytes],
+    patience: Duration,
+}
+
+impl PeerLink {
+    fn new(addr: SocketAddr) -> Arc<PeerLink> {
+        Arc::new(PeerLink {
+            addr,
+            connection: tokio::sync::Mutex::new(None),
+            down_until: Mutex::new(None),
+        })
+    }
+
+    fn is_up(&self) -> bool {
+        self.down_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|until| Instant::now() >= until)
     }
 }
 

@@ -28,7 +28,7 @@
 use crate::request::AdmissionRequest;
 use serde_json::Value as Json;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,25 +53,45 @@ pub struct ReinvocationMemory {
 /// token volume has a name of its own).
 #[derive(Default)]
 struct Answers {
-    by_identity: HashMap<u64, Vec<(Instant, Answered)>>,
+    by_identity: HashMap<u64, Vec<Entry>>,
+    /// The answer ids held, so that an answer a peer sends twice (as it
+    /// is made and again as the peer stops) is held once.
+    ids: std::collections::HashSet<u64>,
     count: usize,
 }
 
+/// One answer held: when it was made, its id (unique among replicas),
+/// the answer.
+type Entry = (Instant, u64, Answered);
+
 impl Answers {
-    fn insert(&mut self, id: u64, at: Instant, answered: Answered) {
+    fn insert(&mut self, identity: u64, at: Instant, answer: u64, answered: Answered) {
+        if !self.ids.insert(answer) {
+            return;
+        }
         if self.count >= MOST_REMEMBERED {
             self.forget_expired();
         }
         if self.count >= MOST_REMEMBERED {
             self.forget_oldest();
         }
-        self.by_identity.entry(id).or_default().push((at, answered));
+        self.by_identity
+            .entry(identity)
+            .or_default()
+            .push((at, answer, answered));
         self.count += 1;
     }
 
     fn forget_expired(&mut self) {
+        let ids = &mut self.ids;
         self.by_identity.retain(|_, answers| {
-            answers.retain(|(at, _)| at.elapsed() < REMEMBERED_FOR);
+            answers.retain(|(at, answer, _)| {
+                let keep = at.elapsed() < REMEMBERED_FOR;
+                if !keep {
+                    ids.remove(answer);
+                }
+                keep
+            });
             !answers.is_empty()
         });
         self.count = self.by_identity.values().map(Vec::len).sum();
@@ -85,12 +105,13 @@ impl Answers {
                 answers
                     .iter()
                     .enumerate()
-                    .map(move |(i, (at, _))| (*at, *id, i))
+                    .map(move |(i, (at, _, _))| (*at, *id, i))
             })
             .min();
         if let Some((_, id, i)) = oldest {
             if let Some(answers) = self.by_identity.get_mut(&id) {
-                answers.remove(i);
+                let (_, answer, _) = answers.remove(i);
+                self.ids.remove(&answer);
                 if answers.is_empty() {
                     self.by_identity.remove(&id);
                 }
@@ -98,6 +119,17 @@ impl Answers {
             self.count -= 1;
         }
     }
+}
+
+/// A new answer id: random in each process, then counted up.
+fn next_answer_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+    NEXT.get_or_init(|| {
+        let random = std::collections::hash_map::RandomState::new();
+        AtomicU64::new(random.hash_one(std::process::id()))
+    })
+    .fetch_add(1, Ordering::Relaxed)
 }
 
 /// What kmutate answered a request with.
@@ -132,15 +164,13 @@ impl ReinvocationMemory {
         let object = object?;
         let candidates: Vec<Answered> = {
             let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(found) = answers.by_identity.get(&id.0) else {
-                return None;
-            };
+            let found = answers.by_identity.get(&id.0)?;
             // Newest first.
             found
                 .iter()
                 .rev()
-                .filter(|(at, _)| at.elapsed() < REMEMBERED_FOR)
-                .map(|(_, answered)| answered.clone())
+                .filter(|(at, _, _)| at.elapsed() < REMEMBERED_FOR)
+                .map(|(_, _, answered)| answered.clone())
                 .collect()
         };
         candidates
@@ -179,10 +209,11 @@ impl ReinvocationMemory {
         answers
             .by_identity
             .iter()
-            .flat_map(|(id, found)| found.iter().map(move |(at, answered)| (*id, at, answered)))
-            .filter(|(_, at, _)| at.elapsed() < REMEMBERED_FOR)
-            .map(|(id, at, answered)| Remembered {
+            .flat_map(|(id, found)| found.iter().map(move |entry| (*id, entry)))
+            .filter(|(_, (at, _, _))| at.elapsed() < REMEMBERED_FOR)
+            .map(|(id, (at, answer, answered))| Remembered {
                 identity: RequestIdentity(id),
+                answer: *answer,
                 age: at.elapsed(),
                 answered: answered.clone(),
             })
@@ -195,30 +226,25 @@ impl ReinvocationMemory {
         let now = Instant::now();
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries {
-            if entry.age >= REMEMBERED_FOR {
-                continue;
-            }
-            let known = answers
-                .by_identity
-                .get(&entry.identity.0)
-                .is_some_and(|found| {
-                    found.iter().any(|(_, a)| {
-                        a.object == entry.answered.object
-                            && a.first_pass == entry.answered.first_pass
-                    })
-                });
-            if !known {
+            if entry.age < REMEMBERED_FOR {
                 let at = now.checked_sub(entry.age).unwrap_or(now);
-                answers.insert(entry.identity.0, at, entry.answered);
+                answers.insert(entry.identity.0, at, entry.answer, entry.answered);
             }
         }
     }
 
     /// Remembers `admitted`, what kmutate changed the object of the request
-    /// of identity `id` into.
-    pub fn remember(&self, id: RequestIdentity, admitted: Answered) {
+    /// of identity `id` into; the entry as peers are sent it.
+    pub fn remember(&self, id: RequestIdentity, admitted: Answered) -> Remembered {
+        let answer = next_answer_id();
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        answers.insert(id.0, Instant::now(), admitted);
+        answers.insert(id.0, Instant::now(), answer, admitted.clone());
+        Remembered {
+            identity: id,
+            answer,
+            age: Duration::ZERO,
+            answered: admitted,
+        }
     }
 }
 
@@ -227,6 +253,8 @@ impl ReinvocationMemory {
 pub struct Remembered {
     /// The identity of the request answered.
     pub identity: RequestIdentity,
+    /// The answer's id, unique among the replicas.
+    pub answer: u64,
     /// How long ago it was answered.
     pub age: Duration,
     /// The answer.
@@ -242,7 +270,7 @@ pub enum HandOverError {
 }
 
 /// `entries` as the JSON body one replica sends another:
-/// `{"entries": [{"identity": "N", "ageMillis": N, "object": {...},
+/// `{"entries": [{"identity": "N", "answer": "N", "ageMillis": N, "object": {...},
 /// "firstPass": {...} | null}]}`. The identity is a hash of the request's
 /// parts, the same in every replica of one build.
 pub fn encode_remembered(entries: &[Remembered]) -> Vec<u8> {
@@ -251,6 +279,7 @@ pub fn encode_remembered(entries: &[Remembered]) -> Vec<u8> {
         .map(|e| {
             serde_json::json!({
                 "identity": e.identity.0.to_string(),
+                "answer": e.answer.to_string(),
                 "ageMillis": e.age.as_millis() as u64,
                 "object": &*e.answered.object,
                 "firstPass": e.answered.first_pass.as_deref(),
@@ -272,13 +301,16 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
         .into_iter()
         .enumerate()
         .map(|(i, mut entry)| {
-            let identity = entry
-                .get("identity")
-                .and_then(Json::as_str)
-                .and_then(|t| t.parse::<u64>().ok())
-                .ok_or_else(|| {
-                    invalid(&format!("entries[{i}].identity: expected a decimal string"))
-                })?;
+            let decimal = |field: &str| {
+                entry
+                    .get(field)
+                    .and_then(Json::as_str)
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        invalid(&format!("entries[{i}].{field}: expected a decimal string"))
+                    })
+            };
+            let (identity, answer) = (decimal("identity")?, decimal("answer")?);
             let age = entry
                 .get("ageMillis")
                 .and_then(Json::as_u64)
@@ -298,6 +330,7 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
             };
             Ok(Remembered {
                 identity: RequestIdentity(identity),
+                answer,
                 age: Duration::from_millis(age),
                 answered: Answered {
                     object: Arc::new(object),
@@ -474,6 +507,7 @@ mod tests {
         let id = RequestIdentity::of(&request);
         let entry = Remembered {
             identity: id,
+            answer: 7,
             age: Duration::from_secs(5),
             answered: answer(json!({"spec": {"x": 1}})),
         };
@@ -497,9 +531,10 @@ mod tests {
         assert!(other.remembered().is_empty());
         for bad in [
             &b"{}"[..],
-            br#"{"entries":[{"identity":1,"ageMillis":0,"object":{}}]}"#,
-            br#"{"entries":[{"identity":"1","ageMillis":0,"object":[]}]}"#,
-            br#"{"entries":[{"identity":"1","ageMillis":0,"object":{},"firstPass":3}]}"#,
+            br#"{"entries":[{"identity":1,"answer":"1","ageMillis":0,"object":{}}]}"#,
+            br#"{"entries":[{"identity":"1","ageMillis":0,"object":{}}]}"#,
+            br#"{"entries":[{"identity":"1","answer":"1","ageMillis":0,"object":[]}]}"#,
+            br#"{"entries":[{"identity":"1","answer":"1","ageMillis":0,"object":{},"firstPass":3}]}"#,
         ] {
             assert!(
                 decode_remembered(bad).is_err(),

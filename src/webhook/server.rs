@@ -22,8 +22,9 @@
 //! another Content-Type, or none, is answered 415.
 
 use super::metrics::{ErrorType, Metrics, RequestResult};
-use super::peers::{Peers, HAND_OVER_PATH, INSTANCE_HEADER, MAX_HAND_OVER_BYTES};
-use super::reinvocation::{decode_remembered, Answered, Remembered};
+use super::peers::{Peers, ADDRESS_HEADER, HAND_OVER_PATH, INSTANCE_HEADER, MAX_HAND_OVER_BYTES};
+use super::reinvocation::encode_remembered;
+use super::reinvocation::{decode_remembered, Answered};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -126,9 +127,11 @@ pub struct ServeConfig {
     pub timeout: Duration,
     /// Longest time shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
-    /// The other replicas (`HOST:PORT`), handed the reinvocation memory
-    /// when this one stops ([`super::peers`]).
+    /// The other replicas (`HOST:PORT`), which share the reinvocation
+    /// memory ([`super::peers`]).
     pub peers: Vec<String>,
+    /// Where the peers reach this replica (`HOST:PORT`).
+    pub peer_address: Option<String>,
     /// Longest time a request's head (request line and headers) may take to
     /// arrive, in all; past it the connection is closed. Zero: no limit.
     pub header_read_timeout: Duration,
@@ -150,6 +153,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("timeout", &self.timeout)
             .field("drain_timeout", &self.drain_timeout)
             .field("peers", &self.peers)
+            .field("peer_address", &self.peer_address)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .finish()
@@ -181,6 +185,7 @@ impl ServeConfig {
             timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(15),
             peers: Vec::new(),
+            peer_address: None,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
@@ -201,11 +206,11 @@ struct Shared {
     timeout: Duration,
     /// What kmutate answered with a change, to tell reinvocations.
     reinvocations: super::reinvocation::ReinvocationMemory,
-    /// The replicas handed the memory when this one stops.
+    /// The other replicas, which know every answer with a change before
+    /// kube-apiserver does ([`super::peers`]).
     peers: Option<Peers>,
-    /// Set while stopping: each answer with a change is handed to the
-    /// peers before it is sent.
-    handing_over: AtomicBool,
+    /// True once the peers' memory is taken in (at once without peers).
+    memory_ready: watch::Sender<bool>,
     shutting_down: AtomicBool,
     received: AtomicU64,
 }
@@ -274,9 +279,14 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         reinvocations: Default::default(),
         peers: match config.peers.is_empty() {
             true => None,
-            false => Some(Peers::new(config.peers.clone(), files, cert.clone())?),
+            false => Some(Peers::new(
+                config.peers.clone(),
+                config.peer_address.clone(),
+                files,
+                cert.clone(),
+            )?),
         },
-        handing_over: AtomicBool::new(false),
+        memory_ready: watch::Sender::new(false),
         shutting_down: AtomicBool::new(false),
         received: AtomicU64::new(0),
     });
@@ -303,6 +313,27 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
     ));
     let metrics_serving = metrics_listener
         .map(|l| tokio::spawn(serve_metrics(l, shared.clone(), shutdown_rx, limits)));
+    // What the peers remember, taken while the listener already answers
+    // them (they take this replica's at their start too); admissions wait.
+    match &shared.peers {
+        Some(_) => {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Some(peers) = &shared.peers {
+                    let taken = peers.take_from_peers(PEERS_AT_START).await;
+                    tracing::info!(
+                        answers = taken.len(),
+                        "reinvocation memory taken from the peers"
+                    );
+                    shared.reinvocations.absorb(taken);
+                }
+                shared.memory_ready.send_replace(true);
+            });
+        }
+        None => {
+            shared.memory_ready.send_replace(true);
+        }
+    }
     Ok(Server {
         addr,
         metrics_addr,
@@ -486,16 +517,16 @@ async fn serve_tls(
     }
 }
 
+/// How long a starting replica waits for its peers' memory.
+const PEERS_AT_START: Duration = Duration::from_secs(2);
+
 /// Before any connection closes: hands what this replica remembers to its
-/// peers, and has every later answer with a change handed over before it
-/// is sent ([`super::peers`]).
+/// peers (those left out a moment ago included: each answer also went to
+/// the peers up when it was made).
 async fn hand_over_to_peers(shared: &Shared) {
     let Some(peers) = &shared.peers else {
         return;
     };
-    // First the flag, then the snapshot: an answer remembered between the
-    // two is handed over twice, never not at all.
-    shared.handing_over.store(true, Ordering::SeqCst);
     let entries = shared.reinvocations.remembered();
     let started = Instant::now();
     let taken = peers.hand_over(&entries).await;
@@ -508,22 +539,62 @@ async fn hand_over_to_peers(shared: &Shared) {
     shared.metrics.observe_hand_over(entries.len(), taken);
 }
 
-/// `POST /reinvocations`: what a stopping peer remembered, taken in.
-async fn take_hand_over(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Whether `req` comes from a peer (`Ok(false)`: from this process),
+/// or the answer that refuses it.
+#[allow(clippy::result_large_err)]
+fn from_a_peer<'s>(
+    shared: &'s Shared,
+    req: &Request<Incoming>,
+) -> Result<(&'s Peers, bool), Response<Full<Bytes>>> {
     let Some(peers) = &shared.peers else {
-        return text(
+        return Err(text(
             StatusCode::NOT_FOUND,
             "not found: this replica has no --peers",
-        );
+        ));
     };
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
     match peers.accepts(header("authorization"), header(INSTANCE_HEADER)) {
-        Ok(true) => {}
-        Ok(false) => return text(StatusCode::NO_CONTENT, ""),
+        Ok(other) => Ok((peers, other)),
         Err(e) => {
-            tracing::warn!(error = %e, "reinvocation hand-over refused");
-            return text(StatusCode::FORBIDDEN, "not a replica of this webhook");
+            tracing::warn!(error = %e, "a request to the replicas' endpoint refused");
+            Err(text(StatusCode::FORBIDDEN, "not a replica of this webhook"))
         }
+    }
+}
+
+/// `GET /reinvocations`: a starting peer takes what this replica
+/// remembers, and announces where it is sent answers from now on.
+async fn give_memory(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let peers = match from_a_peer(&shared, &req) {
+        Ok((peers, true)) => peers,
+        Ok((_, false)) => return reply(StatusCode::OK, "application/json", encode_remembered(&[])),
+        Err(refused) => return refused,
+    };
+    let address = req
+        .headers()
+        .get(ADDRESS_HEADER)
+        .and_then(|v| v.to_str().ok());
+    // Announced first: an answer made after the snapshot is sent to it.
+    peers.announced(address).await;
+    let entries = shared.reinvocations.remembered();
+    tracing::info!(
+        answers = entries.len(),
+        peer = address.unwrap_or_default(),
+        "reinvocation memory given to a starting peer"
+    );
+    reply(
+        StatusCode::OK,
+        "application/json",
+        encode_remembered(&entries),
+    )
+}
+
+/// `POST /reinvocations`: a peer's answers, taken in.
+async fn take_hand_over(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    match from_a_peer(&shared, &req) {
+        Ok((_, true)) => {}
+        Ok((_, false)) => return text(StatusCode::NO_CONTENT, ""),
+        Err(refused) => return refused,
     }
     let body = match http_body_util::Limited::new(req.into_body(), MAX_HAND_OVER_BYTES)
         .collect()
@@ -539,10 +610,7 @@ async fn take_hand_over(shared: Arc<Shared>, req: Request<Incoming>) -> Response
     };
     match decode_remembered(&body) {
         Ok(entries) => {
-            tracing::info!(
-                answers = entries.len(),
-                "reinvocation memory taken from a peer"
-            );
+            tracing::debug!(answers = entries.len(), "answers taken from a peer");
             shared.reinvocations.absorb(entries);
             text(StatusCode::NO_CONTENT, "")
         }
@@ -928,10 +996,16 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Byt
     match (req.method(), req.uri().path()) {
         (&Method::POST, MUTATE_PATH) => mutate(shared, req).await,
         (&Method::POST, HAND_OVER_PATH) => take_hand_over(shared, req).await,
+        (&Method::GET, HAND_OVER_PATH) => give_memory(shared, req).await,
         (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
         (&Method::GET, READYZ_PATH) => {
             if shared.shutting_down.load(Ordering::SeqCst) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+            } else if !*shared.memory_ready.borrow() {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "taking the peers' reinvocation memory",
+                )
             } else if shared.engine.load().is_some() {
                 text(StatusCode::OK, "ok")
             } else {
@@ -1027,6 +1101,12 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             )
         }
     };
+
+    // A replica just started knows its peers' answers before it admits.
+    if !*shared.memory_ready.borrow() {
+        let mut ready = shared.memory_ready.subscribe();
+        let _ = tokio::time::timeout_at(deadline, ready.wait_for(|r| *r)).await;
+    }
 
     // One load of the engine in force: the whole request uses it.
     let Some(mut engine) = shared.engine.load_full() else {
@@ -1187,16 +1267,10 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
                 object: Arc::new(admitted),
                 first_pass: first_pass.map(Arc::new),
             };
-            shared.reinvocations.remember(identity, answered.clone());
-            if let (Some(peers), true) = (&shared.peers, shared.handing_over.load(Ordering::SeqCst))
-            {
-                // Stopping: the peers know the answer before kube-apiserver does.
-                let entry = Remembered {
-                    identity,
-                    age: Duration::ZERO,
-                    answered,
-                };
-                peers.hand_over(std::slice::from_ref(&entry)).await;
+            let entry = shared.reinvocations.remember(identity, answered);
+            if let Some(peers) = &shared.peers {
+                // The peers know the answer before kube-apiserver does.
+                peers.send(std::slice::from_ref(&entry)).await;
             }
         }
         leftover => drop_after_reply(leftover.map(|(admitted, _)| admitted)),
