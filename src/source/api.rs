@@ -282,20 +282,24 @@ impl ApiSource {
             // custom resources get no schema, as from files without CRDs.
             let policies = resource("MutatingAdmissionPolicy", POLICIES);
             let bindings = resource("MutatingAdmissionPolicyBinding", BINDINGS);
+            // Policies and bindings are listed beside a watch that failed
+            // until it delivers again (a change after an outage is served
+            // at once); a cluster's Namespaces and CRDs are too many to.
             let watches = [
-                (policies, me.policies.clone(), false),
-                (bindings, me.bindings.clone(), false),
-                (namespaces, me.namespaces.clone(), false),
-                (crds, me.crds.clone(), true),
+                (policies, me.policies.clone(), false, true),
+                (bindings, me.bindings.clone(), false, true),
+                (namespaces, me.namespaces.clone(), false, false),
+                (crds, me.crds.clone(), true, false),
             ];
             let mut tasks = Vec::new();
-            for (ar, store, optional) in watches {
+            for (ar, store, optional, catch_up) in watches {
                 tasks.push(tokio::spawn(run_watch(
                     me.client.clone(),
                     ar,
                     store,
                     me.changed.clone(),
                     optional,
+                    catch_up,
                 )));
             }
             lock(&me.tasks).extend(tasks);
@@ -870,28 +874,71 @@ pub async fn discover_resource(
         }))
 }
 
+/// How long after a failed watch its resource is also listed, every
+/// [`CATCH_UP_EVERY`], until the watch delivers again: kube-apiserver
+/// serves a custom resource's watch only once its watch cache is ready
+/// again, seconds after it is back (3.5 s for kmutate.dev policies), and a
+/// change made meanwhile would wait for it.
+const CATCH_UP_FOR: Duration = Duration::from_secs(20);
+
+/// How often a resource is listed while its watch catches up.
+const CATCH_UP_EVERY: Duration = Duration::from_millis(250);
+
 /// Watches one resource into `store`, forever, retrying with kube's
 /// default backoff. An `optional` store counts as synced once its first
-/// attempt failed, so that readiness does not wait for it.
+/// attempt failed, so that readiness does not wait for it. With
+/// `catch_up`, a watch that failed has its resource listed beside it
+/// until it delivers again ([`CATCH_UP_FOR`]).
 async fn run_watch(
     client: Client,
     resource: ApiResource,
     store: Arc<ObjectStore>,
     changed: Arc<Notify>,
     optional: bool,
+    catch_up: bool,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     // No backoff of kube-runtime's (800 ms doubling to 30 s, also after a
     // 410): a watch whose resourceVersion expired relists at once, and one
     // that cannot reach the API server retries within RETRY_CAP.
-    let mut events = watcher(api, watcher::Config::default()).boxed();
+    let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
     let mut backoff = Backoff::new();
     let mut relisted = false;
-    while let Some(event) = events.next().await {
+    let mut catching_up_until: Option<tokio::time::Instant> = None;
+    let mut catch_up_tick = tokio::time::interval(CATCH_UP_EVERY);
+    catch_up_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let catching_up =
+            catching_up_until.is_some_and(|until| tokio::time::Instant::now() < until);
+        let event = tokio::select! {
+            event = events.next() => event,
+            _ = catch_up_tick.tick(), if catching_up => {
+                // Not waiting for the client's own retries (a 429 while
+                // the apiserver starts is retried after its Retry-After):
+                // the next tick asks again.
+                let listed = tokio::time::timeout(CATCH_UP_EVERY * 2, api.list(&Default::default())).await;
+                match listed.unwrap_or_else(|_| Err(kube::Error::Service("no answer in time".into()))) {
+                    Ok(listed) => {
+                        if store.is_synced() && store.replace_listed(listed.items, &resource) {
+                            tracing::info!(resource = %resource.plural, api = %resource.api_version,
+                                "a change listed while the watch catches up");
+                            changed.notify_one();
+                        }
+                    }
+                    Err(e) => tracing::debug!(resource = %resource.plural, error = %e,
+                        "listing while the watch catches up failed"),
+                }
+                continue;
+            }
+        };
+        let Some(event) = event else {
+            break;
+        };
         match event {
             Ok(e) => {
                 backoff.reset();
                 relisted = false;
+                catching_up_until = None;
                 if store.apply(e, &resource) {
                     tracing::debug!(resource = %resource.plural, "watch event applied");
                     changed.notify_one();
@@ -901,6 +948,9 @@ async fn run_watch(
                 if optional && !store.is_synced() {
                     store.mark_synced();
                     changed.notify_one();
+                }
+                if catch_up {
+                    catching_up_until = Some(tokio::time::Instant::now() + CATCH_UP_FOR);
                 }
                 if is_gone(&e) && !relisted {
                     tracing::info!(resource = %resource.plural, api = %resource.api_version,
@@ -955,5 +1005,5 @@ async fn watch_params(
         backoff.wait().await;
     };
     tracing::info!(api_version = %api_version, kind = %kind, resource = %resource.plural, "watching params");
-    run_watch(client, resource, store, changed, false).await;
+    run_watch(client, resource, store, changed, false, false).await;
 }

@@ -148,6 +148,40 @@ impl ObjectStore {
         changed
     }
 
+    /// Takes a list read beside the watch (while a resumed watch may not
+    /// deliver yet): the objects served become the list's, where they
+    /// differ; true when they changed. A relist of the watch under way is
+    /// left alone.
+    pub fn replace_listed(&self, listed: Vec<DynamicObject>, resource: &ApiResource) -> bool {
+        let listed: Vec<Arc<Value>> = listed
+            .into_iter()
+            .map(|o| self.stored(o, resource))
+            .collect();
+        let mut inner = self.inner();
+        let mut same = inner.objects.len() == listed.len();
+        // An object unchanged keeps its place (the source reads again only
+        // the objects it has not seen).
+        let objects: HashMap<Key, Arc<Value>> = listed
+            .into_iter()
+            .map(|v| {
+                let key = key_of(&v);
+                match inner.objects.get(&key) {
+                    Some(mine) if **mine == *v => (key, mine.clone()),
+                    _ => {
+                        same = false;
+                        (key, v)
+                    }
+                }
+            })
+            .collect();
+        if same {
+            return false;
+        }
+        inner.objects = objects;
+        inner.generation += 1;
+        true
+    }
+
     /// Marks the store synced though empty (its resource is not served).
     pub fn mark_synced(&self) {
         let mut inner = self.inner();

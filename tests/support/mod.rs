@@ -21,6 +21,13 @@ use std::time::{Duration, Instant};
 
 /// Runs `f` on a fresh runtime, failing the test past `limit`.
 pub fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
+    // `KMUTATE_TEST_LOG=kmutate=debug` shows an in-process server's log.
+    if let Ok(filter) = std::env::var("KMUTATE_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
