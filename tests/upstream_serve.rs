@@ -31,16 +31,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use support::kas::{self, Kas};
 use support::{
-    config, connect, create_config_map, documents, eventually, labelling_policy, metric,
-    metrics_text, run, scratch, started, Answer,
+    config, connect, create_config_map, eventually, labelling_policy, metric, metrics_text, run,
+    scratch, started, Answer,
 };
 
 const KMUTATE_V1: &str = "kmutate.dev/v1";
 const V1: &str = "admissionregistration.k8s.io/v1";
-
-fn repo(path: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// A server reading policies from `kas` (API `policy_api`, discovered when none).
 async fn serve_from(
@@ -59,24 +55,6 @@ async fn serve_from(
         ..config(dir, EngineSources::default())
     };
     started(config).await
-}
-
-/// Installs kmutate's CRDs and waits until the apiserver serves them.
-async fn install_crds(client: &kube::Client) {
-    for file in [
-        "mutatingadmissionpolicies",
-        "mutatingadmissionpolicybindings",
-    ] {
-        for crd in documents(&repo(&format!("deploy/crds/{file}.yaml"))) {
-            kas::apply(client, &crd).await;
-        }
-    }
-    let gvk = kube::api::GroupVersionKind::gvk("kmutate.dev", "v1", "MutatingAdmissionPolicy");
-    eventually(Duration::from_secs(30), || async {
-        kube::discovery::pinned_kind(client, &gvk).await.ok()
-    })
-    .await
-    .expect("kmutate.dev/v1 served");
 }
 
 /// Sends ConfigMap CREATEs in `namespace` as `user` (a fresh connection
@@ -153,7 +131,7 @@ fn a_policy_that_does_not_compile_fails_closed_and_conditions_say_what_is_served
     let dir = scratch("upstream_serve", "fail_closed");
     run(Duration::from_secs(240), async {
         let client = kas.client().await;
-        install_crds(&client).await;
+        kas::install_crds(&client).await;
         let server = serve_from(&dir, &kas, Some(KMUTATE_V1), false).await;
 
         let (good, good_binding) =
@@ -335,7 +313,7 @@ fn changes_after_outages(api_version: &str, name: &str) {
         async {
             let client = kas.client().await;
             if api_version == KMUTATE_V1 {
-                install_crds(&client).await;
+                kas::install_crds(&client).await;
             }
             let server = serve_from(&dir, &kas, Some(api_version), false).await;
             let (policy, binding) =
@@ -494,7 +472,7 @@ fn the_webhook_registered_with_the_apiserver() {
     let dir = scratch("upstream_serve", "webhook");
     run(Duration::from_secs(300), async {
         let client = kas.client().await;
-        install_crds(&client).await;
+        kas::install_crds(&client).await;
         let server = serve_from(&dir, &kas, Some(KMUTATE_V1), false).await;
         let ns = "webhook-test";
         kas::create(

@@ -258,6 +258,26 @@ pub async fn delete(client: &Client, object: &Value) {
     }
 }
 
+/// Installs kmutate's CRDs (`deploy/crds/`) and waits until the apiserver
+/// serves them.
+pub async fn install_crds(client: &Client) {
+    for file in [
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("deploy/crds/{file}.yaml"));
+        for crd in super::documents(&path) {
+            apply(client, &crd).await;
+        }
+    }
+    let gvk = GroupVersionKind::gvk("kmutate.dev", "v1", "MutatingAdmissionPolicy");
+    super::eventually(std::time::Duration::from_secs(30), || async {
+        kube::discovery::pinned_kind(client, &gvk).await.ok()
+    })
+    .await
+    .expect("kmutate.dev/v1 served");
+}
+
 /// Makes sure Namespace `ns` exists with its `default` ServiceAccount (no
 /// controller-manager makes it here, and Pods need it to be admitted).
 pub async fn namespace_with_service_account(client: &Client, ns: &str) {
