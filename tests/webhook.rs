@@ -1287,3 +1287,46 @@ fn mutate_takes_application_json_only() {
         server.shutdown().await;
     });
 }
+
+/// The replicas' endpoint takes answers only from a replica holding the
+/// serving key: anything else is refused, and nothing is remembered.
+#[test]
+fn the_replicas_endpoint_refuses_whoever_lacks_the_key() {
+    let dir = scratch("peers-refuse");
+    run(Duration::from_secs(60), async {
+        let server = started(ServeConfig {
+            peers: vec!["127.0.0.1:9".into()],
+            ..config(&dir, vec![fixture("policies")], vec![fixture("bindings")])
+        })
+        .await;
+        let mut conn = connect(&server).await;
+        let entry = r#"{"entries":[{"identity":"1","answer":"1","ageMillis":0,"object":{"a":1}}]}"#;
+        for authorization in [None, Some("Bearer 00"), Some("Basic a2V5")] {
+            let headers: Vec<(&str, &str)> = authorization
+                .map(|a| vec![("authorization", a)])
+                .unwrap_or_default();
+            for method in [hyper::Method::POST, hyper::Method::GET] {
+                let answer = conn
+                    .request_with(method.clone(), "/reinvocations", &headers, entry.into())
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    answer.status,
+                    403,
+                    "{method} {authorization:?}: {}",
+                    answer.text()
+                );
+            }
+        }
+        // A replica without --peers has no such endpoint.
+        let plain = started_on_fixture(&scratch("peers-none")).await;
+        let answer = connect(&plain)
+            .await
+            .post("/reinvocations", entry)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 404);
+        server.shutdown().await;
+        plain.shutdown().await;
+    });
+}
