@@ -153,6 +153,57 @@ pub struct Answered {
     /// The object its first pass made, where its own reinvocation pass
     /// ran after.
     pub first_pass: Option<Arc<Json>>,
+    /// One value the answer set, checked before the whole object.
+    pub witness: Option<Witness>,
+}
+
+/// Where kmutate's answer set a value (the first its patch adds or
+/// replaces that the admitted object still holds, not empty): a
+/// reinvocation holds that value, a new request of the same identity seldom
+/// does, so it is checked before the whole object (a pointer lookup, not a
+/// walk).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Witness {
+    /// Its JSON pointer.
+    pub path: String,
+}
+
+/// What [`Witness::find`] reads of a patch operation; its value is skipped.
+#[derive(serde::Deserialize)]
+struct PatchOperation {
+    #[serde(default)]
+    op: String,
+    #[serde(default)]
+    path: String,
+}
+
+impl Witness {
+    /// The witness of `admitted`, made by `patch` (RFC 6902 JSON): its
+    /// operations are read without their values.
+    pub fn find(patch: &[u8], admitted: &Json) -> Option<Witness> {
+        let operations: Vec<PatchOperation> = serde_json::from_slice(patch).ok()?;
+        operations
+            .iter()
+            .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "copy" | "move"))
+            .find_map(|op| Witness::at(&op.path, admitted))
+    }
+
+    /// The witness at `path` of `admitted`, if its value there is not empty.
+    pub fn at(path: &str, admitted: &Json) -> Option<Witness> {
+        let value = admitted.pointer(path)?;
+        (!is_empty(value)).then(|| Witness {
+            path: path.to_string(),
+        })
+    }
+
+    /// Whether `object` holds `answered`'s value here (as [`holds`] holds
+    /// the whole).
+    fn held_by(&self, object: &Json, answered: &Json) -> bool {
+        match (object.pointer(&self.path), answered.pointer(&self.path)) {
+            (Some(o), Some(a)) => holds(o, a),
+            _ => false,
+        }
+    }
 }
 
 /// What kube-apiserver sends alike in a request and its reinvocation
@@ -186,9 +237,13 @@ impl ReinvocationMemory {
                 .map(|(_, _, answered)| answered.clone())
                 .collect()
         };
-        candidates
-            .into_iter()
-            .find(|answered| holds(object, &answered.object))
+        candidates.into_iter().find(|answered| {
+            answered
+                .witness
+                .as_ref()
+                .is_none_or(|w| w.held_by(object, &answered.object))
+                && holds(object, &answered.object)
+        })
     }
 
     /// Takes `request` for kube-apiserver's reinvocation of a request this
@@ -205,6 +260,7 @@ impl ReinvocationMemory {
         if let Some(Answered {
             object: answered,
             first_pass: Some(first_pass),
+            ..
         }) = &reinvoked
         {
             if let Some(object) = request.object.take() {
@@ -296,6 +352,7 @@ pub fn encode_remembered(entries: &[Remembered]) -> Vec<u8> {
                 "ageMillis": e.age.as_millis() as u64,
                 "object": &*e.answered.object,
                 "firstPass": e.answered.first_pass.as_deref(),
+                "witness": e.answered.witness.as_ref().map(|w| &w.path),
             })
         })
         .collect();
@@ -341,6 +398,10 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
                     )))
                 }
             };
+            let witness = entry
+                .get("witness")
+                .and_then(Json::as_str)
+                .and_then(|path| Witness::at(path, &object));
             Ok(Remembered {
                 identity: RequestIdentity(identity),
                 answer,
@@ -348,6 +409,7 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
                 answered: Answered {
                     object: Arc::new(object),
                     first_pass,
+                    witness,
                 },
             })
         })
@@ -442,6 +504,7 @@ mod tests {
         Answered {
             object: Arc::new(object),
             first_pass: None,
+            witness: None,
         }
     }
 
@@ -511,6 +574,35 @@ mod tests {
             assert_eq!(*found.object, pod(token, true));
         }
         assert_eq!(memory.remembered().len(), 2);
+    }
+
+    #[test]
+    fn the_witness_is_a_value_the_answer_set_and_a_reinvocation_holds() {
+        let admitted = json!({"metadata": {"labels": {"a": "1", "b": "2"}},
+            "spec": {"containers": [{"name": "app"}, {"name": "sidecar"}]}});
+        // An append ("-") and a removal name no value; an empty one says
+        // nothing; the first added value the object holds is the witness.
+        let patch = br#"[{"op":"remove","path":"/spec/x"},
+            {"op":"add","path":"/spec/containers/-","value":{"name":"sidecar"}},
+            {"op":"add","path":"/metadata/annotations","value":{}},
+            {"op":"add","path":"/spec/containers/1","value":{"name":"sidecar"}}]"#;
+        let witness = Witness::find(patch, &admitted).expect("a witness");
+        assert_eq!(witness.path, "/spec/containers/1");
+        let memory = ReinvocationMemory::default();
+        let request = pod_create(json!({"spec": {"containers": [{"name": "app"}]}}));
+        let id = RequestIdentity::of(&request);
+        memory.remember(
+            id,
+            Answered {
+                witness: Some(witness),
+                ..answer(admitted.clone())
+            },
+        );
+        // The sidecar with the token the ServiceAccount plugin mounted.
+        let mut reinvoked = admitted.clone();
+        reinvoked["spec"]["containers"][1]["volumeMounts"] = json!([{"name": "token"}]);
+        assert!(memory.reinvoked(id, Some(&reinvoked)).is_some());
+        assert!(memory.reinvoked(id, request.object.as_ref()).is_none());
     }
 
     #[test]

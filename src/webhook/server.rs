@@ -24,7 +24,7 @@
 use super::metrics::{ErrorType, Metrics, RequestResult};
 use super::peers::{Peers, ADDRESS_HEADER, HAND_OVER_PATH, INSTANCE_HEADER, MAX_HAND_OVER_BYTES};
 use super::reinvocation::encode_remembered;
-use super::reinvocation::{decode_remembered, Answered};
+use super::reinvocation::{decode_remembered, Answered, Witness};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -1263,9 +1263,14 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     match leftover {
         // The object changed: kube-apiserver may call again with it.
         Some((admitted, first_pass)) if matches!(result, RequestResult::Patched) => {
+            let witness = answer
+                .patch
+                .as_deref()
+                .and_then(|patch| Witness::find(patch, &admitted));
             let answered = Answered {
                 object: Arc::new(admitted),
                 first_pass: first_pass.map(Arc::new),
+                witness,
             };
             let entry = shared.reinvocations.remember(identity, answered);
             if let Some(peers) = &shared.peers {
