@@ -166,6 +166,8 @@ pub struct Answered {
 pub struct Witness {
     /// Its JSON pointer.
     pub path: String,
+    /// The pointer's tokens, unescaped once.
+    tokens: Vec<String>,
 }
 
 /// What [`Witness::find`] reads of a patch operation; its value is skipped.
@@ -190,20 +192,38 @@ impl Witness {
 
     /// The witness at `path` of `admitted`, if its value there is not empty.
     pub fn at(path: &str, admitted: &Json) -> Option<Witness> {
-        let value = admitted.pointer(path)?;
+        let tokens: Vec<String> = path
+            .strip_prefix('/')?
+            .split('/')
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let value = lookup(admitted, &tokens)?;
         (!is_empty(value)).then(|| Witness {
             path: path.to_string(),
+            tokens,
         })
     }
 
     /// Whether `object` holds `answered`'s value here (as [`holds`] holds
     /// the whole).
     fn held_by(&self, object: &Json, answered: &Json) -> bool {
-        match (object.pointer(&self.path), answered.pointer(&self.path)) {
+        match (lookup(object, &self.tokens), lookup(answered, &self.tokens)) {
             (Some(o), Some(a)) => holds(o, a),
             _ => false,
         }
     }
+}
+
+/// The value at unescaped pointer `tokens`, without allocating.
+fn lookup<'v>(mut value: &'v Json, tokens: &[String]) -> Option<&'v Json> {
+    for token in tokens {
+        value = match value {
+            Json::Object(members) => members.get(token.as_str())?,
+            Json::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
 }
 
 /// What kube-apiserver sends alike in a request and its reinvocation
@@ -226,24 +246,22 @@ impl ReinvocationMemory {
     /// last 30 s.
     pub fn reinvoked(&self, id: RequestIdentity, object: Option<&Json>) -> Option<Answered> {
         let object = object?;
-        let candidates: Vec<Answered> = {
-            let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-            let found = answers.by_identity.get(&id.0)?;
-            // Newest first.
-            found
-                .iter()
-                .rev()
-                .filter(|(at, _, _)| at.elapsed() < REMEMBERED_FOR)
-                .map(|(_, _, answered)| answered.clone())
-                .collect()
-        };
-        candidates.into_iter().find(|answered| {
-            answered
-                .witness
-                .as_ref()
-                .is_none_or(|w| w.held_by(object, &answered.object))
-                && holds(object, &answered.object)
-        })
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let found = answers.by_identity.get(&id.0)?;
+        // Newest first; the witness first, the whole object after.
+        found
+            .iter()
+            .rev()
+            .filter(|(at, _, _)| at.elapsed() < REMEMBERED_FOR)
+            .map(|(_, _, answered)| answered)
+            .find(|answered| {
+                answered
+                    .witness
+                    .as_ref()
+                    .is_none_or(|w| w.held_by(object, &answered.object))
+                    && holds(object, &answered.object)
+            })
+            .cloned()
     }
 
     /// Takes `request` for kube-apiserver's reinvocation of a request this
