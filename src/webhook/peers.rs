@@ -183,21 +183,26 @@ impl Peers {
     /// Sends `entries` to every peer that is up and waits for them (each
     /// at most [`PEER_TIMEOUT`]); the number of peers that took them.
     pub async fn send(&self, entries: &[Remembered]) -> usize {
-        self.send_within(entries, PEER_TIMEOUT).await
+        self.send_within(entries, PEER_TIMEOUT, false).await
     }
 
     /// [`Peers::send`] with more patience, as a stopping replica hands
     /// over all it remembers.
     pub async fn hand_over(&self, entries: &[Remembered]) -> usize {
-        self.send_within(entries, PEER_PATIENCE).await
+        self.send_within(entries, PEER_PATIENCE, true).await
     }
 
-    async fn send_within(&self, entries: &[Remembered], patience: Duration) -> usize {
+    /// `hand_over`: every peer is tried, those left out a moment ago too,
+    /// and a refused connection is tried again within `patience`.
+    async fn send_within(
+        &self,
+        entries: &[Remembered],
+        patience: Duration,
+        hand_over: bool,
+    ) -> usize {
         if entries.is_empty() {
             return 0;
         }
-        // A hand-over tries every peer, those left out a moment ago too.
-        let every = patience >= PEER_PATIENCE;
         let token = match self.token() {
             Ok(t) => t,
             Err(e) => {
@@ -211,8 +216,9 @@ impl Peers {
             method: Method::POST,
             bodies: &batches,
             patience,
+            retry_refused: hand_over,
         };
-        self.with_each(every, exchange)
+        self.with_each(hand_over, exchange)
             .await
             .into_iter()
             .filter(Result::is_ok)
@@ -240,6 +246,7 @@ impl Peers {
             method: Method::GET,
             bodies: &empty,
             patience,
+            retry_refused: false,
         };
         let mut taken = Vec::new();
         for answer in self.with_each(true, exchange).await.into_iter().flatten() {
@@ -314,18 +321,19 @@ impl Peers {
             method,
             bodies,
             patience,
+            retry_refused,
         } = exchange;
         let mut kept = link.connection.lock().await;
         let reused = kept.as_ref().is_some_and(Connection::is_open);
         if !reused {
-            *kept = Some(self.connect(link.addr, patience).await?);
+            *kept = Some(self.connect(link.addr, patience, retry_refused).await?);
         }
         let connection = kept.as_mut().expect("a connection was just made");
         match self.send_bodies(connection, token, &method, bodies).await {
             // The kept connection may have closed meanwhile (the peer
             // restarted): once more on a new one.
             Err(_) if reused => {
-                *kept = Some(self.connect(link.addr, patience).await?);
+                *kept = Some(self.connect(link.addr, patience, retry_refused).await?);
                 let connection = kept.as_mut().expect("a connection was just made");
                 self.send_bodies(connection, token, &method, bodies).await
             }
@@ -361,13 +369,17 @@ impl Peers {
         Ok(last)
     }
 
-    /// A connection to `addr`; with the patience of a hand-over, tried
+    /// A connection to `addr`; with `retry`, tried
     /// again while refused (a replica just started may not listen yet),
     /// else once: on the request path a peer that refuses is down.
-    async fn connect(&self, addr: SocketAddr, patience: Duration) -> Result<Connection> {
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        patience: Duration,
+        retry: bool,
+    ) -> Result<Connection> {
         let client = Client::new(addr, &addr.ip().to_string(), self.config.clone(), true)?;
         let deadline = tokio::time::Instant::now() + patience;
-        let retry = patience >= PEER_PATIENCE;
         loop {
             match client.connect().await {
                 Ok(c) => return Ok(c),
@@ -401,6 +413,8 @@ struct Exchange<'a> {
     method: Method,
     bodies: &'a [Bytes],
     patience: Duration,
+    /// Whether a refused connection is tried again within `patience`.
+    retry_refused: bool,
 }
 
 impl PeerLink {
