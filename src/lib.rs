@@ -33,4 +33,5 @@ pub mod request;
 pub mod schema;
 pub mod source;
 pub mod translate;
+pub mod validation;
 pub mod webhook;

@@ -661,21 +661,31 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
 
 fn check(c: CheckArgs) -> Result<ExitCode> {
     let loaded = load::load_paths(&c.paths);
-    let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    problems.extend(missing_policy_problems(&loaded));
-    let sources: Vec<(String, String)> = loaded
-        .policies
+    // What the API server would refuse, in its words (issue 47); what the
+    // loader and the compiler say of those documents would only repeat it.
+    let refused = kmutate::validation::files::refused_documents(&c.paths);
+    let is_refused = |at: &kmutate::api::SourceRef| refused.iter().any(|r| r.at == *at);
+    let mut problems: Vec<String> = refused
         .iter()
-        .map(|p| (p.name.clone(), p.source.to_string()))
+        .map(|r| format!("{}: {}", r.at, r.message))
         .collect();
+    problems.extend(
+        loaded
+            .errors
+            .iter()
+            .filter(|e| !matches!(e, load::LoadError::Invalid { at, .. } if is_refused(at)))
+            .map(ToString::to_string),
+    );
+    problems.extend(missing_policy_problems(&loaded));
     let (_set, errors) = PolicySet::new(loaded.policies.clone(), loaded.bindings.clone());
     for e in errors {
-        let at = sources
-            .iter()
-            .find(|(n, _)| *n == e.policy)
-            .map(|(_, s)| s.as_str())
-            .unwrap_or("");
-        problems.push(format!("{at}: {e}"));
+        let Some(policy) = loaded.policies.iter().find(|p| p.name == e.policy) else {
+            problems.push(e.to_string());
+            continue;
+        };
+        if !is_refused(&policy.source) {
+            problems.push(format!("{}: {e}", policy.source));
+        }
     }
     // Schema-aware field warnings (CRDs among the paths give their schemas):
     // reported, never a problem.

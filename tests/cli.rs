@@ -462,3 +462,30 @@ fn check_reports_field_warnings_and_regex_errors() {
         "{stdout}"
     );
 }
+
+/// `kmutate check` refuses what the API server refuses, with its message
+/// (issue 47): here the one kube-apiserver v1.36.2 gave this object
+/// (tests/validation/recorded.json, `policy-several-errors-at-once`).
+#[test]
+fn check_gives_the_api_servers_message_for_an_invalid_policy() {
+    let dir = scratch("check-validation");
+    let bad = POLICY
+        .replace("metadata: {name: set-replicas}", "metadata: {name: policy-several-errors-at-once}")
+        .replace("  reinvocationPolicy: Never\n", "  reinvocationPolicy: Always\n  failurePolicy: Sometimes\n")
+        .replace(
+            "  mutations:\n  - patchType: ApplyConfiguration\n    applyConfiguration:\n      expression: \"Object{spec: Object.spec{replicas: 3}}\"\n",
+            "  mutations: []\n",
+        );
+    write(&dir, "policy.yaml", &bad);
+    let out = kmutate(&["check", dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(r#"policy.yaml (document 0): MutatingAdmissionPolicy.admissionregistration.k8s.io "policy-several-errors-at-once" is invalid: [spec.failurePolicy: Unsupported value: "Sometimes": supported values: "Fail", "Ignore", spec.mutations: Required value: mutations must contain at least one item, spec.reinvocationPolicy: Unsupported value: "Always": supported values: "IfNeeded", "Never"]"#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("0 policies, 0 bindings, 1 problems"),
+        "{stdout}"
+    );
+}

@@ -33,7 +33,150 @@ fn structural(schema: Value) -> Value {
     }
 }
 
-fn crd(kind: &str, plural: &str, spec: Value) -> Value {
+/// What upstream's validation refuses that a structural schema can say
+/// too, so that the API server refuses it even while kmutate's validating
+/// webhook is down: enums (in the order upstream lists the supported
+/// values, so that the message is the built-in one), required fields, the
+/// match condition limit and name patterns; and the defaults upstream sets.
+/// `path` is a property path, `[]` stepping into a list's items.
+fn constrain(spec: &mut Value) {
+    const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+    const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+    const DNS_SUBDOMAIN: &str =
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+    const CEL_IDENTIFIER: &str = "^[_a-zA-Z][_a-zA-Z0-9]*$";
+    let rules = ["resourceRules[]", "excludeResourceRules[]"];
+    let match_resources = ["matchConstraints", "matchResources"];
+    for mr in match_resources {
+        if node(spec, mr).is_none() {
+            continue;
+        }
+        set(
+            spec,
+            &format!("{mr}.matchPolicy"),
+            json!({"enum": ["Equivalent", "Exact"], "default": "Equivalent"}),
+        );
+        set(
+            spec,
+            &format!("{mr}.namespaceSelector"),
+            json!({"default": {}}),
+        );
+        set(
+            spec,
+            &format!("{mr}.objectSelector"),
+            json!({"default": {}}),
+        );
+        for rule in rules {
+            let at = format!("{mr}.{rule}");
+            set(
+                spec,
+                &format!("{at}.operations[]"),
+                json!({"enum": OPERATIONS}),
+            );
+            set(
+                spec,
+                &format!("{at}.scope"),
+                json!({"enum": ["*", "Cluster", "Namespaced"], "default": "*"}),
+            );
+            set(
+                spec,
+                &at,
+                json!({"required": ["apiGroups", "apiVersions", "operations", "resources"]}),
+            );
+        }
+    }
+    let policy_only = [
+        (
+            "",
+            json!({"required": ["matchConstraints", "mutations", "reinvocationPolicy"]}),
+        ),
+        (
+            "failurePolicy",
+            json!({"enum": ["Fail", "Ignore"], "default": "Fail"}),
+        ),
+        ("reinvocationPolicy", json!({"enum": ["IfNeeded", "Never"]})),
+        ("paramKind", json!({"required": ["apiVersion", "kind"]})),
+        ("matchConditions", json!({"maxItems": 64})),
+        ("matchConditions[].name", json!({"pattern": QUALIFIED_NAME})),
+        ("variables[]", json!({"required": ["name", "expression"]})),
+        ("variables[].name", json!({"pattern": CEL_IDENTIFIER})),
+        ("mutations[]", json!({"required": ["patchType"]})),
+        (
+            "mutations[].patchType",
+            json!({"enum": ["ApplyConfiguration", "JSONPatch"]}),
+        ),
+        (
+            "mutations[].applyConfiguration",
+            json!({"required": ["expression"]}),
+        ),
+        ("mutations[].jsonPatch", json!({"required": ["expression"]})),
+    ];
+    let binding_only = [
+        ("", json!({"required": ["policyName"]})),
+        (
+            "policyName",
+            json!({"pattern": DNS_SUBDOMAIN, "maxLength": 253}),
+        ),
+        ("paramRef", json!({"required": ["parameterNotFoundAction"]})),
+        (
+            "paramRef.parameterNotFoundAction",
+            json!({"enum": ["Deny", "Allow"]}),
+        ),
+    ];
+    let own = if node(spec, "mutations").is_some() {
+        &policy_only[..]
+    } else {
+        &binding_only[..]
+    };
+    for (path, constraint) in own {
+        set(spec, path, constraint.clone());
+    }
+}
+
+/// The schema node at `path` (see [`constrain`]).
+fn node<'a>(schema: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    let mut at = schema;
+    for step in path.split('.').filter(|s| !s.is_empty()) {
+        let (name, into_items) = match step.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (step, false),
+        };
+        at = at.get_mut("properties")?.get_mut(name)?;
+        if into_items {
+            at = at.get_mut("items")?;
+        }
+    }
+    Some(at)
+}
+
+/// Merges `constraint` into the schema node at `path`, which must exist.
+fn set(schema: &mut Value, path: &str, constraint: Value) {
+    let at = node(schema, path).unwrap_or_else(|| panic!("no schema node at {path:?}"));
+    for (k, v) in constraint.as_object().unwrap() {
+        at[k] = v.clone();
+    }
+}
+
+/// The columns `kubectl get` shows.
+fn printer_columns(kind: &str) -> Value {
+    let own = if kind == "MutatingAdmissionPolicy" {
+        json!([
+            {"name": "Failure Policy", "type": "string", "jsonPath": ".spec.failurePolicy"},
+            {"name": "Reinvocation", "type": "string", "jsonPath": ".spec.reinvocationPolicy"},
+        ])
+    } else {
+        json!([
+            {"name": "Policy", "type": "string", "jsonPath": ".spec.policyName"},
+        ])
+    };
+    let mut columns = own.as_array().unwrap().clone();
+    columns.push(json!({"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "description": "Whether kmutate serves it (the reason is in the condition)."}));
+    columns.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    Value::Array(columns)
+}
+
+fn crd(kind: &str, plural: &str, mut spec: Value) -> Value {
+    constrain(&mut spec);
     let singular = kind.to_lowercase();
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -57,6 +200,7 @@ fn crd(kind: &str, plural: &str, spec: Value) -> Value {
                 "served": true,
                 "storage": true,
                 "subresources": {"status": {}},
+                "additionalPrinterColumns": printer_columns(kind),
                 "schema": {"openAPIV3Schema": {
                     "description": format!("{kind} of kmutate.dev: the schema of admissionregistration.k8s.io/v1 {kind}, for clusters that do not serve it."),
                     "type": "object",

@@ -248,6 +248,9 @@ pub(crate) fn result_type_error(
                 // An initializer: its written name.
                 Expr::Struct(s) if s.type_name == JSON_PATCH_TYPE => JSON_PATCH_TYPE.to_string(),
                 Expr::Struct(s) => written_name(s).filter(|n| n != OBJECT_TYPE)?,
+                // A map or list is never an Object, whatever it holds.
+                _ if matches!(output.0, Ty::Map(..) | Ty::List(_)) => output.0.name(),
+                Expr::Map(_) | Expr::List(_) => literal_type_name(ast),
                 _ if output.0.is_concrete() => output.0.name(),
                 _ => return None,
             };
@@ -256,6 +259,9 @@ pub(crate) fn result_type_error(
         ExpectedResult::JsonPatchList => {
             let got = match (&ast.expr, &output.0) {
                 (Expr::Struct(s), _) => written_name(s).unwrap_or_else(|| s.type_name.clone()),
+                // `[]` types as `list(dyn)`, which is not `list(JSONPatch)`.
+                (Expr::List(l), _) if l.elements.is_empty() => "list(dyn)".into(),
+                (_, Ty::Map(..)) => output.0.name(),
                 // A list of JSONPatch initializers types as a list of unknown.
                 (_, Ty::List(e)) if !e.is_concrete() => return None,
                 (_, t) if t.is_concrete() => t.name(),
@@ -270,6 +276,36 @@ pub(crate) fn result_type_error(
         },
     };
     Some(format!("must evaluate to {wanted} but got {got}"))
+}
+
+/// cel-go's name of a list or map literal's type where the checks here do
+/// not type it: parts of one type keep it, mixed or unknown parts are `dyn`.
+fn literal_type_name(e: &IdedExpr) -> String {
+    fn joined<'a>(parts: impl Iterator<Item = &'a IdedExpr>) -> String {
+        let names: Vec<String> = parts.map(literal_type_name).collect();
+        match names.split_first() {
+            Some((first, rest)) if rest.iter().all(|n| n == first) => first.clone(),
+            _ => "dyn".into(),
+        }
+    }
+    match &e.expr {
+        Expr::Literal(l) => types::literal_type(l).name(),
+        Expr::List(l) => format!("list({})", joined(l.elements.iter())),
+        Expr::Map(m) => {
+            let entries = || {
+                m.entries.iter().filter_map(|en| match &en.expr {
+                    EntryExpr::MapEntry(me) => Some(me),
+                    EntryExpr::StructField(_) => None,
+                })
+            };
+            format!(
+                "map({}, {})",
+                joined(entries().map(|me| &me.key)),
+                joined(entries().map(|me| &me.value))
+            )
+        }
+        _ => "dyn".into(),
+    }
 }
 
 /// The name an `Object...{}` initializer was written with (the rewrite keeps
@@ -379,6 +415,39 @@ impl Checker<'_> {
                 offset,
                 format!("undeclared reference to '{name}' (in container '')"),
             );
+        }
+    }
+
+    /// cel-go's checker on a `JSONPatch{}` initializer: `op`, `path` and
+    /// `from` are declared strings (`value` is dyn), reported at the field's
+    /// colon.
+    fn check_json_patch_fields(&mut self, s: &StructExpr, fallback: u32) {
+        if !self.patch_types || s.type_name != JSON_PATCH_TYPE {
+            return;
+        }
+        for en in &s.entries {
+            let EntryExpr::StructField(f) = &en.expr else {
+                continue;
+            };
+            if !matches!(f.field.as_str(), "op" | "path" | "from") || f.optional {
+                continue;
+            }
+            let provided = types::type_of(&f.value, &mut self.scope);
+            if provided.is_concrete() && !matches!(provided, Ty::String | Ty::Null) {
+                let at = self
+                    .info
+                    .offset_for(en.id)
+                    .map(|(start, _)| start)
+                    .unwrap_or(fallback);
+                self.report(
+                    at,
+                    format!(
+                        "expected type of field '{}' is 'string' but provided type is '{}'",
+                        f.field,
+                        provided.name()
+                    ),
+                );
+            }
         }
     }
 
@@ -496,6 +565,7 @@ impl Checker<'_> {
                     }
                 }
                 self.check_patch_type(s, here);
+                self.check_json_patch_fields(s, here);
             }
             Expr::Ident(name) => self.check_identifier(name, here),
             Expr::Literal(_) | Expr::Unspecified => {}

@@ -20,8 +20,10 @@ use std::sync::{Arc, OnceLock};
 pub use cel::common::value::{CowVal, Val};
 pub use cel::Context;
 pub use library::authz;
+pub use library::format::validate_format as named_format_errors;
 pub(crate) use library::quantity::marshaled as quantity_marshaled;
 pub(crate) use library::quantity::parse_error as quantity_parse_error;
+pub use library::urls::go_quote;
 
 /// Parser recursion limit: deeper expressions are refused, never a crash.
 const MAX_PARSE_DEPTH: u16 = 250;
@@ -329,6 +331,10 @@ fn macro_argument_messages(source: &str, message: &str) -> String {
     message
         .split('\n')
         .map(|line| {
+            // cel-go indents the source snippet and caret lines by one space.
+            if let Some(snippet) = line.strip_prefix("| ") {
+                return format!(" | {snippet}");
+            }
             let Some(position) = line
                 .strip_prefix("ERROR: <input>:")
                 .and_then(|rest| rest.strip_suffix(CRATE))

@@ -12,6 +12,7 @@
 //! - [`metrics`]: the Prometheus metrics;
 //! - [`reinvocation`]: telling kube-apiserver's reinvocation from a new request;
 //! - [`peers`]: handing what a stopping replica remembers to the others;
+//! - [`validate`]: `POST /validate`, refusing invalid `kmutate.dev` policies;
 //! - [`client`]: a small HTTPS client, used by [`loadtest`] and the tests;
 //! - [`loadtest`]: `kmutate loadtest`;
 //! - [`cli`]: the `serve` and `loadtest` subcommands.
@@ -27,6 +28,7 @@ pub mod reinvocation;
 pub mod review;
 pub mod server;
 pub mod tls;
+pub mod validate;
 
 pub use crate::engine::Engine;
 pub use server::{start, ServeConfig, Server, TlsSource};

@@ -28,6 +28,7 @@ use super::reinvocation::{decode_remembered, Answered, Witness};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
+use super::validate::{self as validation_webhook, VALIDATE_PATH};
 use super::{format_duration, MAX_BODY_BYTES};
 use crate::api::FailurePolicy;
 use crate::authorizer::Authorizer;
@@ -995,6 +996,7 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>>
 async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::POST, MUTATE_PATH) => mutate(shared, req).await,
+        (&Method::POST, VALIDATE_PATH) => validate(shared, req).await,
         (&Method::POST, HAND_OVER_PATH) => take_hand_over(shared, req).await,
         (&Method::GET, HAND_OVER_PATH) => give_memory(shared, req).await,
         (&Method::GET, HEALTHZ_PATH) => text(StatusCode::OK, "ok"),
@@ -1012,9 +1014,58 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Byt
                 text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet")
             }
         }
-        (_, MUTATE_PATH) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        (_, MUTATE_PATH | VALIDATE_PATH) => text(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
         (_, HEALTHZ_PATH | READYZ_PATH) => text(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
         _ => text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// `POST /validate`: a review of a `kmutate.dev` policy or binding,
+/// answered from the object alone (no engine needed, so it works before the
+/// policies are loaded).
+async fn validate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Some(message) = unsupported_media_type(req.headers().get(CONTENT_TYPE)) {
+        return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, message);
+    }
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body =
+        match tokio::time::timeout(shared.timeout, read_body(req.into_body(), declared)).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(BodyError::TooLarge)) => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body larger than {MAX_BODY_BYTES} bytes"),
+                )
+            }
+            Ok(Err(BodyError::Read(e))) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("reading request body: {e}"),
+                )
+            }
+            Err(_) => {
+                return text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request body not received in time",
+                )
+            }
+        };
+    // Compiling the expressions is the costly part: off the reactor.
+    let answered = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(|| validation_webhook::answer(&body))
+    })
+    .await;
+    match answered {
+        Ok(Ok(Ok(review))) => reply(StatusCode::OK, JSON, review.to_string()),
+        Ok(Ok(Err(message))) => text(StatusCode::BAD_REQUEST, message),
+        _ => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "validating the object failed unexpectedly",
+        ),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod api;
 pub mod fake_api;
 pub mod fuzz;
 pub mod kas;
+pub mod validation_corpus;
 
 use base64::Engine as _;
 use kmutate::engine::EngineSources;
