@@ -465,6 +465,23 @@ fn kmutate_dev_crds_serve_when_the_builtin_api_is_absent() {
         ready(fake.clone(), p.clone(), "stage", "Compiled").await;
         ready(fake.clone(), b.clone(), "stage", "Compiled").await;
         wait_labels(&mut conn, json!({"stage": "again"})).await;
+        // One the built-in API refuses, stored while kmutate's validating
+        // webhook was down (issue 47): not served, and its condition gives
+        // the built-in API's reason (kube-apiserver v1.36.2's words for this
+        // rule: tests/validation/recorded.json,
+        // policy-rule-resources-wildcard-and-others).
+        let (mut contradictory, _) = labelling_policy(V1, "stage", "stage", "'x'", None, None);
+        contradictory["apiVersion"] = json!("kmutate.dev/v1");
+        contradictory["spec"]["matchConstraints"]["resourceRules"][0]["resources"] =
+            json!(["*", "configmaps"]);
+        fake.put(&p, contradictory);
+        let c = ready(fake.clone(), p.clone(), "stage", "Invalid").await;
+        assert!(
+            c["message"].as_str().unwrap().contains(r#"MutatingAdmissionPolicy.kmutate.dev "stage" is invalid: spec.matchConstraints.resourceRules[0].resources: Invalid value: ["*","configmaps"]: if '*' is present, must not specify other resources without subresources"#),
+            "{c}"
+        );
+        ready(fake.clone(), b.clone(), "stage", "PolicyInvalid").await;
+        wait_labels(&mut conn, json!(null)).await;
         // The policy deleted, its binding says nothing is served.
         fake.delete(&p, "", "stage");
         ready(fake.clone(), b.clone(), "stage", "PolicyNotFound").await;

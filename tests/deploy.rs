@@ -21,6 +21,7 @@ use kmutate::webhook::client::{get_plain, Client};
 use kmutate::webhook::metrics::{ErrorType, Metrics, RequestResult};
 use kmutate::webhook::server::{HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH};
 use kmutate::webhook::tls::{self, CertFiles};
+use kmutate::webhook::validate::VALIDATE_PATH;
 use kmutate::webhook::{start, ServeConfig, TlsSource};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +58,21 @@ fn installed() -> Vec<Value> {
         out.extend(yaml(&format!("deploy/{}", resource.as_str().unwrap())));
     }
     out
+}
+
+/// The line before `failurePolicy:` in the manifest at `path` is a comment
+/// (the choice is explained where it is made).
+fn assert_failure_policy_explained(path: &str) {
+    let text = read(path);
+    let explained = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("failurePolicy:"))
+        .last()
+        .unwrap();
+    assert!(
+        explained.trim_start().starts_with('#'),
+        "{path}: a comment explains failurePolicy"
+    );
 }
 
 /// The one object of `kind` named `name` among `objects`.
@@ -541,16 +557,7 @@ fn webhook_calls_the_service_port_and_path_kmutate_serves() {
     assert_eq!(webhook["sideEffects"], "None");
     assert_eq!(webhook["admissionReviewVersions"], json!(["v1", "v1beta1"]));
     assert!(["Ignore", "Fail"].contains(&str_of(&webhook["failurePolicy"], "failurePolicy")));
-    let text = read("deploy/webhook.yaml");
-    let explained = text
-        .lines()
-        .take_while(|l| !l.trim_start().starts_with("failurePolicy:"))
-        .last()
-        .unwrap();
-    assert!(
-        explained.trim_start().starts_with('#'),
-        "a comment explains failurePolicy"
-    );
+    assert_failure_policy_explained("deploy/webhook.yaml");
     let excluded = webhook["namespaceSelector"]["matchExpressions"]
         .as_array()
         .expect("matchExpressions")
@@ -626,6 +633,54 @@ fn webhook_calls_the_service_port_and_path_kmutate_serves() {
             str_of(&b["roleRef"]["name"], "roleRef"),
         );
     }
+}
+
+/// The ValidatingWebhookConfiguration (issue 47) calls the same Service
+/// and certificate as the mutating one, on the path kmutate validates on,
+/// for the kmutate.dev objects (not their status, which kmutate writes) and
+/// nothing else; its failurePolicy is explained.
+#[test]
+fn validating_webhook_calls_validate_for_kmutate_dev_objects_only() {
+    let objects = installed();
+    let mutating = object(&objects, "MutatingWebhookConfiguration", "kmutate");
+    let validating = object(&objects, "ValidatingWebhookConfiguration", "kmutate");
+    let webhooks = validating["webhooks"].as_array().expect("webhooks");
+    assert_eq!(webhooks.len(), 1);
+    let webhook = &webhooks[0];
+    let service = &webhook["clientConfig"]["service"];
+    let mutating_service = &mutating["webhooks"][0]["clientConfig"]["service"];
+    for key in ["name", "namespace", "port"] {
+        assert_eq!(service[key], mutating_service[key], "{key}");
+    }
+    assert_eq!(service["path"], VALIDATE_PATH);
+    assert_eq!(
+        validating["metadata"]["annotations"], mutating["metadata"]["annotations"],
+        "the same CA injection"
+    );
+    assert_eq!(
+        webhook["rules"],
+        json!([{"apiGroups": ["kmutate.dev"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"],
+            "scope": "Cluster"}])
+    );
+    // The resources are the CRDs' own.
+    for crd in [
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    ] {
+        let crd = &yaml(&format!("deploy/crds/{crd}.yaml"))[0];
+        assert_eq!(crd["spec"]["group"], "kmutate.dev");
+        assert!(webhook["rules"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&crd["spec"]["names"]["plural"]));
+        assert_eq!(crd["spec"]["versions"][0]["name"], "v1");
+    }
+    assert_eq!(webhook["sideEffects"], "None");
+    assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_failure_policy_explained("deploy/validating-webhook.yaml");
 }
 
 #[test]

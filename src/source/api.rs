@@ -21,6 +21,7 @@ use super::{PolicyInputs, Snapshot, Source};
 use crate::api::{binding_from_json, policy_from_json, Binding, FailurePolicy, SourceRef};
 use crate::cel::CelEnvironment;
 use crate::dispatch::{compile_policies, CompiledPolicy};
+use crate::validation::{validate_fields, Validated};
 use futures::StreamExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
@@ -436,6 +437,10 @@ impl ApiSource {
             if known.contains_key(key) {
                 continue;
             }
+            if let Some(refusal) = refused_kmutate_dev(object) {
+                invalid.insert(key.clone(), refusal);
+                continue;
+            }
             match policy_from_json(&as_admission(object), source_of(POLICIES, &key.0)) {
                 Ok(policy) => {
                     fresh_keys.push(key.clone());
@@ -579,8 +584,11 @@ fn read_binding(object: &Arc<Value>) -> BindingRead {
     let name = str_at(object, "/metadata/name").unwrap_or_default();
     BindingRead {
         object: object.clone(),
-        converted: binding_from_json(&as_admission(object), source_of(BINDINGS, name))
-            .map_err(|e| e.to_string()),
+        converted: match refused_kmutate_dev(object) {
+            Some(refusal) => Err(refusal),
+            None => binding_from_json(&as_admission(object), source_of(BINDINGS, name))
+                .map_err(|e| e.to_string()),
+        },
         judged_in: None,
         problem: None,
     }
@@ -709,6 +717,29 @@ fn source_of(resource: &str, name: &str) -> SourceRef {
 
 /// A kmutate.dev object read as the admissionregistration.k8s.io/v1 one
 /// (same schema); others unchanged.
+/// The built-in API's refusal of a kmutate.dev object, which got stored
+/// while kmutate's validating webhook did not answer (its failurePolicy is
+/// Ignore): such an object is not served, as the built-in API would not
+/// have stored it. Expressions are left to the compiler, whose verdict
+/// (served, failing under the policy's failure policy) is upstream's for a
+/// stored policy that does not compile. Built-in objects were validated by
+/// the API server itself.
+fn refused_kmutate_dev(object: &Value) -> Option<String> {
+    let group = str_at(object, "/apiVersion")?.split_once('/')?.0;
+    if group != KMUTATE_GROUP {
+        return None;
+    }
+    let mut object = expand_spec(object);
+    // Stored before the CRD required it, and served as Never since: kept so.
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("reinvocationPolicy").or_insert("Never".into());
+    }
+    match validate_fields(&object) {
+        Validated::Refused(refusal) => Some(refusal.message(KMUTATE_GROUP)),
+        Validated::Accepted | Validated::NotOurs => None,
+    }
+}
+
 fn as_admission(object: &Value) -> Value {
     let mut object = expand_spec(object);
     let group = object

@@ -93,6 +93,23 @@ pub enum Validated {
 /// API server does on a create, or on an update of `old`; the server's
 /// defaults are applied first, as it applies them.
 pub fn validate(object: &Json, old: Option<&Json>) -> Validated {
+    validate_with(object, old, Expressions::Compile)
+}
+
+/// [`validate`] without compiling the expressions: the field rules alone,
+/// for a caller that compiles the policy itself.
+pub fn validate_fields(object: &Json) -> Validated {
+    validate_with(object, None, Expressions::Skip)
+}
+
+/// Whether validation compiles the policy's expressions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expressions {
+    Compile,
+    Skip,
+}
+
+fn validate_with(object: &Json, old: Option<&Json>, expressions: Expressions) -> Validated {
     let Some(kind) = Kind::of(object) else {
         return Validated::NotOurs;
     };
@@ -112,7 +129,12 @@ pub fn validate(object: &Json, old: Option<&Json>) -> Validated {
     let mut errors = FieldErrors::default();
     check_object_meta(&mut errors, object.get("metadata").unwrap_or(&Json::Null));
     match kind {
-        Kind::Policy => policy::check_policy_spec(&mut errors, &spec, old_spec.as_ref()),
+        Kind::Policy => policy::check_policy_spec(
+            &mut errors,
+            &spec,
+            old_spec.as_ref(),
+            expressions == Expressions::Compile,
+        ),
         Kind::Binding => binding::check_binding_spec(&mut errors, &spec),
     }
     if errors.is_empty() {

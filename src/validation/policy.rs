@@ -68,9 +68,18 @@ pub(super) fn default_policy_spec(spec: &mut Json) {
 /// Upstream's `validateMutatingAdmissionPolicySpec`. `old_spec` is the
 /// stored spec on an UPDATE: match conditions are not checked again when
 /// neither they nor `paramKind` changed, so that what was accepted once
-/// stays accepted.
-pub(super) fn check_policy_spec(errs: &mut FieldErrors, spec: &Json, old_spec: Option<&Json>) {
-    let compiled = compile_errors(spec);
+/// stays accepted. Without `compile`, expressions are not compiled.
+pub(super) fn check_policy_spec(
+    errs: &mut FieldErrors,
+    spec: &Json,
+    old_spec: Option<&Json>,
+    compile: bool,
+) {
+    let compiled = if compile {
+        compile_errors(spec)
+    } else {
+        CompileErrors(HashMap::new())
+    };
     match str_at(spec, "failurePolicy") {
         None => errs.required("spec.failurePolicy", ""),
         Some(p) => errs.check_supported("spec.failurePolicy", p, &["Fail", "Ignore"]),
