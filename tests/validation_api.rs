@@ -153,6 +153,37 @@ fn kmutate_dev_objects_get_the_built_in_apis_verdicts() {
             corpus.len()
         );
 
+        // An UPDATE is judged too: a stored policy changed to one whose
+        // mutation does not compile is refused with the built-in words for
+        // that expression (as recorded for policy-mutation-type-error).
+        let base = corpus.iter().find(|e| e.name == "policy-base").unwrap();
+        let mut fresh = as_kmutate_dev(&base.object);
+        fresh["metadata"]["name"] = json!("policy-updated");
+        let stored = kas::create(&client, &fresh).await.unwrap();
+        let mut broken = stored.clone();
+        broken["spec"]["mutations"][0]["applyConfiguration"]["expression"] = json!("1 + 'a'");
+        let api = kas::api_for(&client, &broken).await;
+        let refused = api
+            .replace(
+                "policy-updated",
+                &kube::api::PostParams::default(),
+                &serde_json::from_value(broken).unwrap(),
+            )
+            .await
+            .expect_err("an UPDATE to a mutation that does not compile is refused");
+        let why = recorded["policy-mutation-type-error"]
+            .message
+            .split_once(" is invalid: ")
+            .unwrap()
+            .1
+            .to_string();
+        assert_eq!(
+            kas::message(&refused),
+            format!(
+                "{PREFIX}MutatingAdmissionPolicy.kmutate.dev \"policy-updated\" is invalid: {why}"
+            )
+        );
+
         // kmutate down: the CRD schema alone.
         server.shutdown().await;
         for entry in &corpus {
