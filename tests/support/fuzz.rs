@@ -432,7 +432,21 @@ impl Corpus {
             .collect::<Vec<_>>()
             .join("\n---\n");
         let review = rng.pick(&self.reviews).clone();
+        // The validating webhook's path (issue 47): a CREATE, or an UPDATE
+        // of itself, where the stored-object allowance runs.
+        let operation = if rng.below(2) == 0 {
+            "CREATE"
+        } else {
+            "UPDATE"
+        };
         let _ = catch_unwind(AssertUnwindSafe(|| {
+            for doc in &docs {
+                let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "request": {"uid": "fuzz", "operation": operation, "object": doc, "oldObject": doc}});
+                let _ = kmutate::webhook::validate::answer(
+                    &serde_json::to_vec(&review).unwrap_or_default(),
+                );
+            }
             let loaded = load_as_file(scratch, &text);
             let (policies, bindings, resources) =
                 (loaded.policies, loaded.bindings, loaded.resources);
