@@ -19,6 +19,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod apply;
 pub mod authorizer;
 pub mod cel;
 pub mod conformance;

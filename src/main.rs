@@ -3,12 +3,14 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use kmutate::api::load;
+use kmutate::apply::input::{read_inputs, Content};
+use kmutate::apply::output::{describe, render, Format};
+use kmutate::apply::{evaluate, Evaluator, Verdict as ApplyVerdict};
 use kmutate::authorizer::{AlwaysAllow, AlwaysDeny, Authorizer, FixedAuthorizer};
 use kmutate::conformance;
-use kmutate::dispatch::{AdmissionContext, Outcome, PolicySet};
-use kmutate::explain::ExplainObserver;
-use kmutate::matching::{complete_request, ResourceTable};
-use kmutate::request::{AdmissionRequest, ClusterObjects, UserInfo};
+use kmutate::dispatch::PolicySet;
+use kmutate::matching::ResourceTable;
+use kmutate::request::{ClusterObjects, UserInfo};
 use kmutate::schema::SchemaStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,22 +49,6 @@ struct Cli {
     max_file_bytes: usize,
 }
 
-/// The resource name of `kind` when nothing says it: lower case, plural
-/// by English rules (`Widget` → `widgets`, `Policy` → `policies`,
-/// `Class` → `classes`), as kube's `UnsafeGuessKindToResource`.
-fn guess_resource(kind: &str) -> String {
-    let singular = kind.to_lowercase();
-    if let Some(stem) = singular.strip_suffix('y') {
-        format!("{stem}ies")
-    } else if singular.ends_with('s') {
-        format!("{singular}es")
-    } else if singular.is_empty() {
-        singular
-    } else {
-        format!("{singular}s")
-    }
-}
-
 /// `65536`, `64Ki`, `64Mi`, `1Gi`.
 fn parse_bytes(text: &str) -> Result<usize, String> {
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -85,22 +71,33 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Evaluate policies against an object offline and print the result.
+    /// Evaluate policies against manifests offline and print the result.
     #[command(
-        long_about = "Evaluates policies and bindings against one object, as kube-apiserver's \
-MutatingAdmissionPolicy plugin would, without a cluster, and prints the mutated object, \
-the patch, a diff, or an explanation of which policy, binding and mutation changed which \
-fields (-o explain). Invalid policy or binding documents are reported and left out.",
+        long_about = "Evaluates policies and bindings against every object of the manifests \
+given (files, folders, standard input; YAML streams, JSON, kind: List), each as \
+kube-apiserver's MutatingAdmissionPolicy plugin would admit it, without a cluster. \
+Namespaces, param objects and CRDs among the manifests serve as --resources do. \
+Prints the stream back with the policies' changes (objects no policy changed as \
+they came), each object's patch, diff or explanation of which policy, binding and \
+mutation changed which fields (-o explain), and a summary on stderr. Invalid \
+policy or binding documents are reported and left out.",
         after_long_help = "Exit status:
-  0  admitted, whether or not the object changed; with --dry-run, also when denied
-  1  denied (the denial is printed on stderr), or an input file is unreadable or not a
-     Kubernetes object (with --dry-run, only the latter)
-  2  usage error
+  0  nothing was denied (objects may have changed); with --dry-run, also when
+     something was denied
+  1  an object was denied, or a document is not a Kubernetes object or does not
+     parse (each named on stderr; the others are still evaluated and written),
+     or, with --fail-on change, a policy changed an object
+  2  usage error: a bad flag, or an input path that cannot be read
 
 Examples:
   kmutate apply --policies policies --bindings bindings \\
       --resources examples/namespace.yaml -f examples/pod.yaml -o diff
   kmutate apply --policies policies --bindings bindings -f examples/deployment.yaml -o explain
+  # A pipeline: mutate what helm renders, then apply it
+  helm template my-chart | kmutate apply --policies policies --bindings bindings -f - \\
+      | kubectl apply -f -
+  # A gate: the manifests must already be what the policies would make them
+  kmutate apply --policies policies --bindings bindings -R -f manifests/ --fail-on change -o diff
   # CI: report what would change, denials and errors; exit 0 whatever the verdict
   kmutate apply --policies policies --bindings bindings -f manifest.yaml --dry-run"
     )]
@@ -212,15 +209,25 @@ struct ApplyArgs {
     /// custom kinds (repeatable).
     #[arg(long, value_name = "PATH")]
     resources: Vec<PathBuf>,
-    /// The incoming object: one YAML or JSON document.
-    #[arg(short = 'f', long = "filename", value_name = "FILE")]
-    object: PathBuf,
-    /// The existing object (`oldObject`), for UPDATE.
-    #[arg(long, value_name = "FILE")]
-    old_object: Option<PathBuf>,
+    /// Manifests to evaluate: a file, a folder (its YAML and JSON files), or
+    /// - for standard input (repeatable). YAML streams, JSON, kind: List.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
+    inputs: Vec<PathBuf>,
+    /// Read the subfolders of folders given with -f and --old-object too.
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    /// The existing objects (`oldObject`) of an UPDATE, as -f takes them;
+    /// each object is matched with the old object of its API group, kind,
+    /// namespace and name.
+    #[arg(long, value_name = "PATH")]
+    old_object: Vec<PathBuf>,
     /// The request's operation.
     #[arg(long, default_value = "CREATE", value_parser = ["CREATE", "UPDATE", "CONNECT"])]
     operation: String,
+    /// The namespace of namespaced objects that name none (as kubectl's -n;
+    /// else they are admitted in `default`).
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
     /// The requesting user's name (`request.userInfo.username`).
     #[arg(long, value_name = "NAME", default_value = "")]
     user: String,
@@ -239,29 +246,23 @@ struct ApplyArgs {
     authorizer_allow_all: bool,
     /// Output format (default: yaml; with --dry-run, explain).
     #[arg(short = 'o', long, value_enum)]
-    output: Option<OutputFormat>,
+    output: Option<Format>,
     /// Report only, for CI pipelines: exit 0 whether the request is admitted
     /// or denied (a denial is part of the output); only usage errors and
     /// unreadable input fail.
     #[arg(long)]
     dry_run: bool,
+    /// Also exit 1 when a policy changes any object: a gate for manifests
+    /// that must already be what the policies make them.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    fail_on: Option<FailOn>,
 }
 
+/// What `--fail-on` fails on.
 #[derive(Clone, Copy, ValueEnum)]
-enum OutputFormat {
-    /// The mutated object as YAML.
-    Yaml,
-    /// The mutated object as JSON.
-    Json,
-    /// The RFC 6902 patch from the original to the mutated object.
-    Patch,
-    /// A readable line diff.
-    Diff,
-    /// Which policy, binding and mutation changed which fields, in dispatch
-    /// order, with skipped invocations, errors and the verdict.
-    Explain,
-    /// The explanation as JSON.
-    ExplainJson,
+enum FailOn {
+    /// A policy changed an object.
+    Change,
 }
 
 #[derive(clap::Args)]
@@ -313,7 +314,8 @@ struct BenchArgs {
 
 #[derive(clap::Args)]
 struct CheckArgs {
-    /// Policy and binding files or folders (searched recursively).
+    /// Policy and binding files or folders (searched recursively), or -
+    /// for standard input.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
 }
@@ -359,27 +361,32 @@ fn read_document(path: &PathBuf) -> Result<serde_json::Value> {
     Ok(docs.remove(0))
 }
 
-/// The one Kubernetes object (with `apiVersion` and `kind`) of a file.
-fn read_object(path: &PathBuf) -> Result<serde_json::Value> {
-    let object = read_document(path)?;
-    for field in ["apiVersion", "kind"] {
-        if !object.get(field).is_some_and(|v| v.is_string()) {
-            bail!(
-                "{}: not a Kubernetes object: it has no string field {field:?}",
-                path.display()
-            );
-        }
-    }
-    Ok(object)
-}
-
 fn apply(a: ApplyArgs) -> Result<ExitCode> {
     let output = a.output.unwrap_or(if a.dry_run {
-        OutputFormat::Explain
+        Format::Explain
     } else {
-        OutputFormat::Yaml
+        Format::Yaml
     });
-    let explain = matches!(output, OutputFormat::Explain | OutputFormat::ExplainJson);
+    let explain = matches!(output, Format::Explain | Format::ExplainJson);
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        Ok(ExitCode::from(2))
+    };
+    let stdin_count = a
+        .inputs
+        .iter()
+        .chain(&a.old_object)
+        .filter(|p| p.as_os_str() == "-")
+        .count();
+    if stdin_count > 1 {
+        return usage("standard input (-) can be read only once".into());
+    }
+    if !a.old_object.is_empty() && a.operation != "UPDATE" {
+        return usage("--old-object is for --operation UPDATE".into());
+    }
+    if a.old_object.is_empty() && a.operation == "UPDATE" {
+        return usage("--operation UPDATE needs --old-object".into());
+    }
     let mut loaded = load::load_paths(&a.policies);
     let bindings = load::load_paths(&a.bindings);
     let resources = load::load_paths(&a.resources);
@@ -392,48 +399,16 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
             .chain(&resources.errors)
             .map(ToString::to_string),
     );
-    let object = read_object(&a.object)?;
-    let old_object = a.old_object.as_ref().map(read_object).transpose()?;
-    let cluster = ClusterObjects::new(resources.resources);
-    let table = ResourceTable::new(cluster.crds());
-    // A custom kind whose CRD is not among --resources: a deduced schema,
-    // with a warning (the webhook answers 503, as upstream does).
-    let schemas = SchemaStore::with_crds(cluster.crds()).deducing_unknown_kinds();
-    let mut request = AdmissionRequest {
-        uid: "kmutate-apply".into(),
-        operation: a.operation.clone(),
-        user_info: UserInfo {
-            username: a.user.clone(),
-            groups: a.groups.clone(),
-            ..Default::default()
-        },
-        object: Some(object.clone()),
-        old_object,
-        ..Default::default()
-    };
-    complete_request(&mut request, &table);
-    let kind = request.kind.clone();
-    if !schemas.has_schema(&kind.group, &kind.version, &kind.kind) {
-        // Its resource name too, as kube's UnsafeGuessKindToResource would.
-        if request.resource.resource.is_empty() {
-            request.resource.group = kind.group.clone();
-            request.resource.version = kind.version.clone();
-            request.resource.resource = guess_resource(&kind.kind);
-        }
-        problems.push(format!(
-            "{}: kind {}/{} {} has no CustomResourceDefinition among --resources: \
-             a deduced schema is used (lists atomic, maps granular), resource {:?}",
-            a.object.display(),
-            kind.group,
-            kind.version,
-            kind.kind,
-            request.resource.resource
-        ));
-    }
     problems.extend(missing_policy_problems(&loaded));
-    let observer = ExplainObserver::new(&loaded.policies, &loaded.bindings);
-    let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
-    problems.extend(errors.iter().map(ToString::to_string));
+    let mut stdin = std::io::stdin().lock();
+    let documents = match read_inputs(&a.inputs, a.recursive, &mut stdin) {
+        Ok(d) => d,
+        Err(e) => return usage(e.to_string()),
+    };
+    let old = match read_inputs(&a.old_object, a.recursive, &mut stdin) {
+        Ok(d) => d,
+        Err(e) => return usage(e.to_string()),
+    };
     let authorizer: Box<dyn Authorizer> = match &a.authorizer {
         Some(path) => Box::new(
             FixedAuthorizer::from_json(&read_document(path)?)
@@ -442,66 +417,77 @@ fn apply(a: ApplyArgs) -> Result<ExitCode> {
         None if a.authorizer_allow_all => Box::new(AlwaysAllow),
         None => Box::new(AlwaysDeny),
     };
-    let ctx = AdmissionContext {
-        cluster: &cluster,
-        schemas: &schemas,
-        resources: &table,
+    let (policies, binding_list) = (loaded.policies.clone(), loaded.bindings.clone());
+    let (set, errors) = PolicySet::new(loaded.policies, loaded.bindings);
+    problems.extend(errors.iter().map(ToString::to_string));
+    let evaluator = Evaluator {
+        set: &set,
+        policies: &policies,
+        bindings: &binding_list,
         authorizer: authorizer.as_ref(),
+        problems: &problems,
     };
-    let outcome = if explain {
-        set.admit_with(&request, &ctx, &observer)
-    } else {
+    let request = kmutate::apply::Request {
+        operation: a.operation.clone(),
+        namespace: a.namespace.clone(),
+        user: UserInfo {
+            username: a.user.clone(),
+            groups: a.groups.clone(),
+            ..Default::default()
+        },
+        explain,
+    };
+    let results = match evaluate(&evaluator, &request, documents, resources.resources, &old) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if !explain {
         for p in &problems {
             eprintln!("warning: {p}");
         }
-        set.admit(&request, &ctx)
-    };
-    let denied_code = if a.dry_run {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    };
-    if explain {
-        let explanation = observer.finish(problems, &object, &outcome);
-        if matches!(output, OutputFormat::ExplainJson) {
-            print_stdout(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(&explanation)?
-            ))?;
-        } else {
-            print_stdout(&explanation.to_text())?;
-        }
-        return Ok(match outcome {
-            Outcome::Denied { message, .. } if !a.dry_run => {
-                eprintln!("denied: {message}");
-                denied_code
-            }
-            _ => ExitCode::SUCCESS,
-        });
     }
-    match outcome {
-        Outcome::Denied { message, .. } => {
-            eprintln!("denied: {message}");
-            Ok(denied_code)
+    print_stdout(&render(&results, output)?)?;
+    Ok(apply_summary(&results, &a))
+}
+
+/// Names each unreadable document and denial on stderr, then the summary
+/// line; the exit status.
+fn apply_summary(results: &[kmutate::apply::DocumentResult], a: &ApplyArgs) -> ExitCode {
+    let (mut objects, mut changed, mut denied, mut errors) = (0, 0, 0, 0);
+    for r in results {
+        if let Content::Unreadable(why) = &r.document.content {
+            eprintln!("error: {why}");
+            errors += 1;
         }
-        Outcome::Admitted { object: result, .. } => {
-            let text = match output {
-                OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&result)?),
-                OutputFormat::Yaml => serde_saphyr::to_string(&result)?,
-                OutputFormat::Patch => {
-                    let patch = json_patch::diff(&object, &result);
-                    format!("{}\n", serde_json::to_string_pretty(&patch)?)
+        for e in &r.objects {
+            objects += 1;
+            for w in &e.warnings {
+                eprintln!("warning: {w}");
+            }
+            match &e.verdict {
+                ApplyVerdict::Admitted { changed: c, .. } => changed += usize::from(*c),
+                ApplyVerdict::Denied(message) => {
+                    denied += 1;
+                    eprintln!(
+                        "denied: {} ({}): {message}",
+                        describe(&e.original),
+                        e.origin
+                    );
                 }
-                OutputFormat::Diff => {
-                    let before = serde_saphyr::to_string(&object)?;
-                    let after = serde_saphyr::to_string(&result)?;
-                    line_diff(&before, &after)
-                }
-                OutputFormat::Explain | OutputFormat::ExplainJson => String::new(),
-            };
-            print_stdout(&text)?;
-            Ok(ExitCode::SUCCESS)
+            }
         }
+    }
+    eprintln!(
+        "kmutate apply: {objects} objects read, {changed} changed, {denied} denied, {errors} errors"
+    );
+    let gate_failed = matches!(a.fail_on, Some(FailOn::Change)) && changed > 0;
+    if errors > 0 || gate_failed || (denied > 0 && !a.dry_run) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -538,37 +524,6 @@ fn missing_policy_problems(loaded: &load::Loaded) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// A minimal unified-style line diff (longest common subsequence).
-fn line_diff(before: &str, after: &str) -> String {
-    let a: Vec<&str> = before.lines().collect();
-    let b: Vec<&str> = after.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, String::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push_str(&format!("  {}\n", a[i]));
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            out.push_str(&format!("+ {}\n", b[j]));
-            j += 1;
-        } else {
-            out.push_str(&format!("- {}\n", a[i]));
-            i += 1;
-        }
-    }
-    out
 }
 
 fn conformance_cmd(c: ConformanceArgs) -> Result<ExitCode> {
@@ -660,10 +615,19 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
 }
 
 fn check(c: CheckArgs) -> Result<ExitCode> {
-    let loaded = load::load_paths(&c.paths);
+    let (stdin, paths): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        c.paths.iter().partition(|p| p.as_os_str() == "-");
+    let mut loaded = load::load_paths(&paths);
     // What the API server would refuse, in its words (issue 47); what the
     // loader and the compiler say of those documents would only repeat it.
-    let refused = kmutate::validation::files::refused_documents(&c.paths);
+    let mut refused = kmutate::validation::files::refused_documents(&paths);
+    if !stdin.is_empty() {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
+        loaded.add_text("-", &text);
+        refused.extend(kmutate::validation::files::refused_in_text("-", &text));
+    }
     let is_refused = |at: &kmutate::api::SourceRef| refused.iter().any(|r| r.at == *at);
     let mut problems: Vec<String> = refused
         .iter()
@@ -725,15 +689,6 @@ fn check(c: CheckArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // k8s.io/apimachinery meta.UnsafeGuessKindToResource's examples.
-    #[test]
-    fn resource_names_are_guessed_as_kube_guesses_them() {
-        assert_eq!(guess_resource("Widget"), "widgets");
-        assert_eq!(guess_resource("NetworkPolicy"), "networkpolicies");
-        assert_eq!(guess_resource("IngressClass"), "ingressclasses");
-        assert_eq!(guess_resource(""), "");
-    }
 
     #[test]
     fn byte_sizes_take_binary_units() {

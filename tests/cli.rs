@@ -394,9 +394,10 @@ fn dry_run_reports_a_denial_and_exits_0_but_not_unreadable_input() {
     let without = apply(&p, &b, &o, &[]);
     assert_eq!(without.status.code(), Some(1));
 
+    // A path that cannot be read is a usage error (issue 48).
     let missing = dir.join("missing.yaml").display().to_string();
     let out = apply(&p, &b, &missing, &["--dry-run"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("missing.yaml"));
 }
 

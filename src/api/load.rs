@@ -266,7 +266,14 @@ impl Loaded {
                 return;
             }
         };
-        match parse_documents(&text) {
+        self.add_text(&name, &text);
+    }
+
+    /// Reads every document of `text`, the content of the file `name`
+    /// (`-` for standard input).
+    pub fn add_text(&mut self, name: &str, text: &str) {
+        let name = name.to_string();
+        match parse_documents(text) {
             Ok(docs) => {
                 for (i, doc) in docs.into_iter().enumerate() {
                     self.add_document(

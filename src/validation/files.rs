@@ -27,17 +27,22 @@ pub fn refused_documents<P: AsRef<Path>>(paths: &[P]) -> Vec<RefusedDocument> {
             let Ok(text) = std::fs::read_to_string(&file) else {
                 continue;
             };
-            let Ok(documents) = parse_documents(&text) else {
-                continue;
-            };
-            for (i, document) in documents.iter().enumerate() {
-                let at = SourceRef {
-                    file: file.display().to_string(),
-                    document: i,
-                };
-                validate_document(document, &at, &mut out);
-            }
+            out.extend(refused_in_text(&file.display().to_string(), &text));
         }
+    }
+    out
+}
+
+/// The policies and bindings of the YAML or JSON `text` of `file` the API
+/// would refuse (none when it does not parse: loading reports that).
+pub fn refused_in_text(file: &str, text: &str) -> Vec<RefusedDocument> {
+    let mut out = Vec::new();
+    for (i, document) in parse_documents(text).unwrap_or_default().iter().enumerate() {
+        let at = SourceRef {
+            file: file.to_string(),
+            document: i,
+        };
+        validate_document(document, &at, &mut out);
     }
     out
 }
