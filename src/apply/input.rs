@@ -149,15 +149,19 @@ pub fn split_documents(file: &str, text: &str) -> Vec<Document> {
             chunks.last_mut().unwrap().push_str(line);
         }
     }
+    // Parsing is most of reading a large stream: the chunks on all cores.
+    let parsed = crate::parallel::map_in_order(chunks, 256, |chunk| {
+        let parsed = parse_documents(&chunk);
+        (chunk, parsed)
+    });
     let mut out = Vec::new();
-    let mut index = 0;
-    for chunk in chunks {
+    for (chunk, parsed) in parsed {
         let origin = Origin {
             file: file.to_string(),
-            document: index,
+            document: out.len(),
             item: None,
         };
-        let content = match parse_documents(&chunk) {
+        let content = match parsed {
             Ok(parsed) if parsed.iter().all(Json::is_null) => continue,
             Ok(mut parsed) if parsed.len() == 1 => content_of(parsed.remove(0), &origin),
             Ok(parsed) => Content::Unreadable(format!(
@@ -166,7 +170,6 @@ pub fn split_documents(file: &str, text: &str) -> Vec<Document> {
             )),
             Err(e) => Content::Unreadable(format!("{origin}: {e}")),
         };
-        index += 1;
         out.push(Document {
             origin,
             text: chunk,

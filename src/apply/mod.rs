@@ -118,9 +118,28 @@ pub fn evaluate(
 ) -> Result<Vec<DocumentResult>, MissingOldObject> {
     // --resources, the old objects (what is stored: their Namespaces and
     // params exist too), then the input's, a later object of the same
-    // identity replacing an earlier one.
+    // identity replacing an earlier one. Only what a policy can read.
+    let param_kinds: Vec<(&str, &str)> = evaluator
+        .policies
+        .iter()
+        .filter_map(|p| p.param_kind.as_ref())
+        .map(|k| (k.api_version.as_str(), k.kind.as_str()))
+        .collect();
+    let readable = |o: &&Json| {
+        let (api_version, kind) = (str_at(o, "/apiVersion"), str_at(o, "/kind"));
+        matches!(
+            (api_version, kind),
+            ("v1", "Namespace") | ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        ) || param_kinds.contains(&(api_version, kind))
+    };
     let mut cluster_objects = resources;
-    cluster_objects.extend(old.iter().chain(&documents).flat_map(objects_of).cloned());
+    cluster_objects.extend(
+        old.iter()
+            .chain(&documents)
+            .flat_map(objects_of)
+            .filter(readable)
+            .cloned(),
+    );
     let cluster = ClusterObjects::new(cluster_objects);
     let table = ResourceTable::new(cluster.crds());
     let schemas = SchemaStore::with_crds(cluster.crds()).deducing_unknown_kinds();
@@ -135,15 +154,18 @@ pub fn evaluate(
         .flat_map(objects_of)
         .map(|o| (identity(o), o))
         .collect();
-    // One job per object, in order; each knows its document.
+    // One job per object, in order; each knows its document. The objects
+    // move into the jobs (a List keeps its other fields).
+    let mut documents = documents;
     let mut jobs = Vec::new();
-    for (d, document) in documents.iter().enumerate() {
-        for (i, object) in objects_of(document).into_iter().enumerate() {
+    for (d, document) in documents.iter_mut().enumerate() {
+        let is_list = matches!(document.content, Content::List { .. });
+        for (i, object) in take_objects(&mut document.content).into_iter().enumerate() {
             let origin = Origin {
-                item: matches!(document.content, Content::List { .. }).then_some(i),
+                item: is_list.then_some(i),
                 ..document.origin.clone()
             };
-            let mut object = object.clone();
+            let mut object = object;
             default_namespace(&mut object, request, &table);
             let old_object = match request.operation.as_str() {
                 "UPDATE" => Some(
@@ -175,6 +197,20 @@ pub fn evaluate(
         out[d].objects.push(evaluated);
     }
     Ok(out)
+}
+
+/// The objects of a document, taken out of it (a `List` keeps the rest).
+fn take_objects(content: &mut Content) -> Vec<Json> {
+    match content {
+        Content::Object(o) => vec![std::mem::take(o)],
+        Content::List { list, items } => {
+            if let Some(map) = list.as_object_mut() {
+                map.remove("items");
+            }
+            std::mem::take(items)
+        }
+        Content::Unreadable(_) => Vec::new(),
+    }
 }
 
 /// The objects of a document (none when it is unreadable).
@@ -284,13 +320,18 @@ fn admit_one(
     }
     let (outcome, explanation) = if request.explain {
         let observer = ExplainObserver::new(evaluator.policies, evaluator.bindings);
-        let outcome = evaluator.set.admit_with(&admission, ctx, &observer);
+        let outcome = evaluator.set.admit_owned(admission, ctx, &observer);
         let mut problems = evaluator.problems.to_vec();
         problems.extend(warnings.iter().cloned());
         let explanation = observer.finish(problems, &object, &outcome);
         (outcome, Some(explanation))
     } else {
-        (evaluator.set.admit(&admission, ctx), None)
+        (
+            evaluator
+                .set
+                .admit_owned(admission, ctx, &crate::dispatch::NoObserver),
+            None,
+        )
     };
     let verdict = match outcome {
         Outcome::Denied { message, .. } => Verdict::Denied(message),

@@ -140,29 +140,38 @@ fn per_object(e: &Evaluated, format: Format) -> Result<String, OutputError> {
 /// The YAML stream: each document as it came unless a policy changed one
 /// of its objects, then that document written anew.
 fn stream(results: &[DocumentResult]) -> Result<String, OutputError> {
+    // Writing YAML anew is the costly part: on all cores.
+    let texts = crate::parallel::map_in_order(results.iter().collect(), 256, document_text);
     let mut out = String::new();
     let mut first = true;
-    for r in results {
-        let text = match &r.document.content {
-            Content::Unreadable(_) => continue,
-            _ if !r.changed() => r.document.text.clone(),
-            Content::Object(_) => yaml(shown(&r.objects[0]))?,
-            Content::List { list, .. } => {
-                let mut list = list.clone();
-                list["items"] = Json::Array(r.objects.iter().map(|e| shown(e).clone()).collect());
-                yaml(&list)?
-            }
+    for text in texts {
+        let Some(text) = text? else {
+            continue;
         };
         if !first {
             out.push_str("---\n");
         }
         first = false;
-        out.push_str(&text);
+        out.push_str(text.as_ref());
         if !text.ends_with('\n') {
             out.push('\n');
         }
     }
     Ok(out)
+}
+
+/// The text a document is written back as (none when it is unreadable).
+fn document_text(r: &DocumentResult) -> Result<Option<std::borrow::Cow<'_, str>>, OutputError> {
+    Ok(Some(match &r.document.content {
+        Content::Unreadable(_) => return Ok(None),
+        _ if !r.changed() => r.document.text.as_str().into(),
+        Content::Object(_) => yaml(shown(&r.objects[0]))?.into(),
+        Content::List { list, .. } => {
+            let mut list = list.clone();
+            list["items"] = Json::Array(r.objects.iter().map(|e| shown(e).clone()).collect());
+            yaml(&list)?.into()
+        }
+    }))
 }
 
 /// A minimal line diff (`-`/`+`/` ` prefixes) of two texts, by their
