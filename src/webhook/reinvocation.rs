@@ -66,6 +66,9 @@ struct Answers {
     /// is made and again as the peer stops) is held once.
     ids: std::collections::HashSet<u64>,
     count: usize,
+    /// Answers just forgotten, for the caller to drop outside the lock
+    /// (an object is hundreds of allocations).
+    forgotten: Vec<Answered>,
 }
 
 /// One answer held: when it was made, its id (unique among replicas),
@@ -77,6 +80,20 @@ impl Answers {
         if !self.ids.insert(answer) {
             return;
         }
+        // The same answer again as the newest held (a request sent again as
+        // it was): that one is renewed, nothing is forgotten.
+        if let Some(newest) = self
+            .by_identity
+            .get_mut(&identity)
+            .and_then(|answers| answers.last_mut())
+            .filter(|(_, _, held)| {
+                held.object == answered.object && held.first_pass == answered.first_pass
+            })
+        {
+            self.ids.remove(&newest.1);
+            *newest = (at, answer, answered);
+            return;
+        }
         if self.count >= MOST_REMEMBERED {
             self.forget_expired();
         }
@@ -86,8 +103,9 @@ impl Answers {
         let answers = self.by_identity.entry(identity).or_default();
         if answers.len() >= MOST_OF_ONE_IDENTITY {
             if let Some(oldest) = (0..answers.len()).min_by_key(|&i| answers[i].0) {
-                let (_, gone, _) = answers.remove(oldest);
+                let (_, gone, answered) = answers.remove(oldest);
                 self.ids.remove(&gone);
+                self.forgotten.push(answered);
                 self.count -= 1;
             }
         }
@@ -96,15 +114,16 @@ impl Answers {
     }
 
     fn forget_expired(&mut self) {
-        let ids = &mut self.ids;
+        let (ids, forgotten) = (&mut self.ids, &mut self.forgotten);
         self.by_identity.retain(|_, answers| {
-            answers.retain(|(at, answer, _)| {
-                let keep = at.elapsed() < REMEMBERED_FOR;
-                if !keep {
-                    ids.remove(answer);
-                }
-                keep
-            });
+            let (kept, gone): (Vec<Entry>, Vec<Entry>) = std::mem::take(answers)
+                .into_iter()
+                .partition(|(at, _, _)| at.elapsed() < REMEMBERED_FOR);
+            for (_, answer, answered) in gone {
+                ids.remove(&answer);
+                forgotten.push(answered);
+            }
+            *answers = kept;
             !answers.is_empty()
         });
         self.count = self.by_identity.values().map(Vec::len).sum();
@@ -123,8 +142,9 @@ impl Answers {
             .min();
         if let Some((_, id, i)) = oldest {
             if let Some(answers) = self.by_identity.get_mut(&id) {
-                let (_, answer, _) = answers.remove(i);
+                let (_, answer, answered) = answers.remove(i);
                 self.ids.remove(&answer);
+                self.forgotten.push(answered);
                 if answers.is_empty() {
                     self.by_identity.remove(&id);
                 }
@@ -145,16 +165,51 @@ fn next_answer_id() -> u64 {
     .fetch_add(1, Ordering::Relaxed)
 }
 
-/// What kmutate answered a request with.
+/// What kmutate answered a request with, its objects kept as JSON text:
+/// up to 64 answers of one request identity are held, and a tree of
+/// hundreds of allocations dropped when its answer is forgotten, cold in
+/// the cache 64 requests later, cost more than writing the text; the text
+/// is read again only for a reinvocation.
 #[derive(Clone, Debug)]
 pub struct Answered {
-    /// The object kmutate admitted (changed).
-    pub object: Arc<Json>,
+    /// The object kmutate admitted (changed), as JSON text.
+    pub object: Arc<str>,
     /// The object its first pass made, where its own reinvocation pass
-    /// ran after.
-    pub first_pass: Option<Arc<Json>>,
+    /// ran after, as JSON text.
+    pub first_pass: Option<Arc<str>>,
     /// One value the answer set, checked before the whole object.
     pub witness: Option<Witness>,
+}
+
+impl Answered {
+    /// The answer that admitted `admitted` with `patch` (RFC 6902 JSON),
+    /// `first_pass` what its first pass made when its own reinvocation
+    /// pass ran after.
+    pub fn new(admitted: &Json, first_pass: Option<&Json>, patch: Option<&[u8]>) -> Answered {
+        // serde_json's own writer: through `Display` it costs twice as much.
+        let text = |v: &Json| {
+            let bytes = serde_json::to_vec(v).unwrap_or_default();
+            Arc::<str>::from(String::from_utf8(bytes).unwrap_or_default())
+        };
+        Answered {
+            object: text(admitted),
+            first_pass: first_pass.map(text),
+            witness: patch.and_then(|p| Witness::find(p, admitted)),
+        }
+    }
+
+    /// The admitted object (null where its text does not read, which
+    /// [`Answered::new`] never writes).
+    pub fn object(&self) -> Json {
+        serde_json::from_str(&self.object).unwrap_or(Json::Null)
+    }
+
+    /// What its first pass made, when its own reinvocation pass ran after.
+    pub fn first_pass(&self) -> Option<Json> {
+        self.first_pass
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok())
+    }
 }
 
 /// Where kmutate's answer set a value (the first its patch adds or
@@ -168,6 +223,8 @@ pub struct Witness {
     pub path: String,
     /// The pointer's tokens, unescaped once.
     tokens: Vec<String>,
+    /// The admitted object's value there.
+    value: Json,
 }
 
 /// What [`Witness::find`] reads of a patch operation; its value is skipped.
@@ -201,16 +258,14 @@ impl Witness {
         (!is_empty(value)).then(|| Witness {
             path: path.to_string(),
             tokens,
+            value: value.clone(),
         })
     }
 
-    /// Whether `object` holds `answered`'s value here (as [`holds`] holds
+    /// Whether `object` holds the answer's value here (as [`holds`] holds
     /// the whole).
-    fn held_by(&self, object: &Json, answered: &Json) -> bool {
-        match (lookup(object, &self.tokens), lookup(answered, &self.tokens)) {
-            (Some(o), Some(a)) => holds(o, a),
-            _ => false,
-        }
+    fn held_by(&self, object: &Json) -> bool {
+        lookup(object, &self.tokens).is_some_and(|o| holds(o, &self.value))
     }
 }
 
@@ -246,22 +301,23 @@ impl ReinvocationMemory {
     /// last 30 s.
     pub fn reinvoked(&self, id: RequestIdentity, object: Option<&Json>) -> Option<Answered> {
         let object = object?;
-        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        let found = answers.by_identity.get(&id.0)?;
-        // Newest first; the witness first, the whole object after.
-        found
-            .iter()
-            .rev()
-            .filter(|(at, _, _)| at.elapsed() < REMEMBERED_FOR)
-            .map(|(_, _, answered)| answered)
-            .find(|answered| {
-                answered
-                    .witness
-                    .as_ref()
-                    .is_none_or(|w| w.held_by(object, &answered.object))
-                    && holds(object, &answered.object)
-            })
-            .cloned()
+        // Newest first; the witness under the lock, the whole object (read
+        // from its text) after.
+        let candidates: Vec<Answered> = {
+            let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+            let found = answers.by_identity.get(&id.0)?;
+            found
+                .iter()
+                .rev()
+                .filter(|(at, _, _)| at.elapsed() < REMEMBERED_FOR)
+                .map(|(_, _, answered)| answered)
+                .filter(|answered| answered.witness.as_ref().is_none_or(|w| w.held_by(object)))
+                .cloned()
+                .collect()
+        };
+        candidates
+            .into_iter()
+            .find(|answered| holds(object, &answered.object()))
     }
 
     /// Takes `request` for kube-apiserver's reinvocation of a request this
@@ -275,14 +331,10 @@ impl ReinvocationMemory {
         let reinvoked = self.reinvoked(identity, request.object.as_ref());
         request.reinvocation = reinvoked.is_some();
         let mut as_sent = None;
-        if let Some(Answered {
-            object: answered,
-            first_pass: Some(first_pass),
-            ..
-        }) = &reinvoked
-        {
+        if let Some(first_pass) = reinvoked.as_ref().and_then(Answered::first_pass) {
+            let answered = reinvoked.as_ref().map(Answered::object).unwrap_or_default();
             if let Some(object) = request.object.take() {
-                request.object = Some(rebase(first_pass, answered, &object));
+                request.object = Some(rebase(&first_pass, &answered, &object));
                 as_sent = Some(object);
             }
         }
@@ -311,27 +363,37 @@ impl ReinvocationMemory {
     /// was there (one this memory holds already is not taken twice).
     pub fn absorb(&self, entries: Vec<Remembered>) {
         let now = Instant::now();
-        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        for entry in entries {
-            if entry.age < REMEMBERED_FOR {
-                let at = now.checked_sub(entry.age).unwrap_or(now);
-                answers.insert(entry.identity.0, at, entry.answer, entry.answered);
+        let forgotten = {
+            let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+            for entry in entries {
+                if entry.age < REMEMBERED_FOR {
+                    let at = now.checked_sub(entry.age).unwrap_or(now);
+                    answers.insert(entry.identity.0, at, entry.answer, entry.answered);
+                }
             }
-        }
+            std::mem::take(&mut answers.forgotten)
+        };
+        drop(forgotten);
     }
 
     /// Remembers `admitted`, what kmutate changed the object of the request
-    /// of identity `id` into; the entry as peers are sent it.
-    pub fn remember(&self, id: RequestIdentity, admitted: Answered) -> Remembered {
+    /// of identity `id` into; the entry as peers are sent it, and the
+    /// answers it made room by forgetting, for the caller to drop when the
+    /// reply is out.
+    pub fn remember(&self, id: RequestIdentity, admitted: Answered) -> (Remembered, Vec<Answered>) {
         let answer = next_answer_id();
-        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        answers.insert(id.0, Instant::now(), answer, admitted.clone());
-        Remembered {
+        let forgotten = {
+            let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+            answers.insert(id.0, Instant::now(), answer, admitted.clone());
+            std::mem::take(&mut answers.forgotten)
+        };
+        let remembered = Remembered {
             identity: id,
             answer,
             age: Duration::ZERO,
             answered: admitted,
-        }
+        };
+        (remembered, forgotten)
     }
 }
 
@@ -368,13 +430,18 @@ pub fn encode_remembered(entries: &[Remembered]) -> Vec<u8> {
                 "identity": e.identity.0.to_string(),
                 "answer": e.answer.to_string(),
                 "ageMillis": e.age.as_millis() as u64,
-                "object": &*e.answered.object,
-                "firstPass": e.answered.first_pass.as_deref(),
+                "object": raw(&e.answered.object),
+                "firstPass": e.answered.first_pass.as_deref().map(raw),
                 "witness": e.answered.witness.as_ref().map(|w| &w.path),
             })
         })
         .collect();
     serde_json::to_vec(&serde_json::json!({ "entries": entries })).unwrap_or_default()
+}
+
+/// Kept JSON text, written into a body as it is.
+fn raw(text: &str) -> Option<&serde_json::value::RawValue> {
+    serde_json::from_str(text).ok()
 }
 
 /// The entries of a body [`encode_remembered`] wrote.
@@ -409,7 +476,7 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
             };
             let first_pass = match entry.get_mut("firstPass").map(Json::take) {
                 None | Some(Json::Null) => None,
-                Some(o @ Json::Object(_)) => Some(Arc::new(o)),
+                Some(o @ Json::Object(_)) => Some(Arc::from(o.to_string())),
                 _ => {
                     return Err(invalid(&format!(
                         "entries[{i}].firstPass: expected an object or null"
@@ -425,7 +492,7 @@ pub fn decode_remembered(body: &[u8]) -> Result<Vec<Remembered>, HandOverError> 
                 answer,
                 age: Duration::from_millis(age),
                 answered: Answered {
-                    object: Arc::new(object),
+                    object: Arc::from(object.to_string()),
                     first_pass,
                     witness,
                 },
@@ -519,11 +586,7 @@ mod tests {
     }
 
     fn answer(object: Json) -> Answered {
-        Answered {
-            object: Arc::new(object),
-            first_pass: None,
-            witness: None,
-        }
+        Answered::new(&object, None, None)
     }
 
     fn pod_create(object: Json) -> AdmissionRequest {
@@ -589,7 +652,7 @@ mod tests {
                     reinvocation.object.as_ref(),
                 )
                 .expect("the reinvocation is recognised");
-            assert_eq!(*found.object, pod(token, true));
+            assert_eq!(found.object(), pod(token, true));
         }
         assert_eq!(memory.remembered().len(), 2);
     }
@@ -639,6 +702,28 @@ mod tests {
         assert!(memory
             .reinvoked(id, Some(&json!({"spec": {"n": newest}})))
             .is_some());
+    }
+
+    #[test]
+    fn the_same_answer_again_renews_the_one_held() {
+        let memory = ReinvocationMemory::default();
+        let request = pod_create(json!({"spec": {}}));
+        let id = RequestIdentity::of(&request);
+        let (_, forgotten) = memory.remember(id, answer(json!({"spec": {"n": 1}})));
+        assert!(forgotten.is_empty());
+        for _ in 0..MOST_OF_ONE_IDENTITY + 10 {
+            let (entry, forgotten) = memory.remember(id, answer(json!({"spec": {"n": 2}})));
+            assert!(forgotten.is_empty());
+            // The renewed answer is the one held, under its new id.
+            let held = memory.remembered();
+            assert_eq!(held.len(), 2);
+            assert!(held.iter().any(|e| e.answer == entry.answer));
+        }
+        for n in [1, 2] {
+            assert!(memory
+                .reinvoked(id, Some(&json!({"spec": {"n": n}})))
+                .is_some());
+        }
     }
 
     #[test]

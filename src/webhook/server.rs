@@ -24,7 +24,7 @@
 use super::metrics::{ErrorType, Metrics, RequestResult};
 use super::peers::{Peers, ADDRESS_HEADER, HAND_OVER_PATH, INSTANCE_HEADER, MAX_HAND_OVER_BYTES};
 use super::reinvocation::encode_remembered;
-use super::reinvocation::{decode_remembered, Answered, Witness};
+use super::reinvocation::{decode_remembered, Answered};
 use super::review::{self, Answer};
 use super::review::{decode_review, DecodedBody};
 use super::tls::{self, CertFiles, ReloadingCert};
@@ -1314,22 +1314,16 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     match leftover {
         // The object changed: kube-apiserver may call again with it.
         Some((admitted, first_pass)) if matches!(result, RequestResult::Patched) => {
-            let witness = answer
-                .patch
-                .as_deref()
-                .and_then(|patch| Witness::find(patch, &admitted));
-            let answered = Answered {
-                object: Arc::new(admitted),
-                first_pass: first_pass.map(Arc::new),
-                witness,
-            };
-            let entry = shared.reinvocations.remember(identity, answered);
+            let answered = Answered::new(&admitted, first_pass.as_ref(), answer.patch.as_deref());
+            let (entry, forgotten) = shared.reinvocations.remember(identity, answered);
             if let Some(peers) = &shared.peers {
                 // The peers know the answer before kube-apiserver does.
                 peers.send(std::slice::from_ref(&entry)).await;
             }
+            drop_after_reply((admitted, first_pass, forgotten));
         }
-        leftover => drop_after_reply(leftover.map(|(admitted, _)| admitted)),
+        Some(leftover) => drop_after_reply(leftover),
+        None => {}
     }
     reply(StatusCode::OK, "application/json", bytes)
 }
@@ -1355,15 +1349,14 @@ fn unsupported_media_type(content_type: Option<&HeaderValue>) -> Option<String> 
     ))
 }
 
-/// Drops the admitted object (hundreds of allocations) after the answer is
-/// written rather than before. A task spawned on a worker waits there for
-/// the current task to yield, and the connection's task yields after
-/// writing the answer (an HTTP/2 stream's task wakes the connection's,
-/// which then runs first).
-fn drop_after_reply(leftover: Option<serde_json::Value>) {
-    if let Some(object) = leftover {
-        tokio::spawn(async move { drop(object) });
-    }
+/// Drops the admitted object, or the answers the reinvocation memory
+/// forgot (hundreds of allocations each), after the answer is written
+/// rather than before. A task spawned on a worker waits there for the
+/// current task to yield, and the connection's task yields after writing
+/// the answer (an HTTP/2 stream's task wakes the connection's, which then
+/// runs first).
+fn drop_after_reply<T: Send + 'static>(leftover: T) {
+    tokio::spawn(async move { drop(leftover) });
 }
 
 /// The bytes read from a connection's socket at once: a TLS record (at most

@@ -8,7 +8,7 @@ use kmutate::dispatch::NoObserver;
 use kmutate::engine::{CompiledPolicies, Engine, EngineSources};
 use kmutate::matching::complete_request;
 use kmutate::mutation::diff::Snapshot;
-use kmutate::webhook::reinvocation::{Answered, ReinvocationMemory, Witness};
+use kmutate::webhook::reinvocation::{Answered, ReinvocationMemory};
 use kmutate::webhook::review::{self, Answer, DecodedBody};
 use serde_json::{json, Value};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -566,14 +566,7 @@ pub fn serve_steps(engine: &Engine, body: &[u8], memory: &ReinvocationMemory) ->
             if answer.patch.is_some() {
                 memory.remember(
                     identity,
-                    Answered {
-                        witness: answer
-                            .patch
-                            .as_deref()
-                            .and_then(|patch| Witness::find(patch, &object)),
-                        object: Arc::new(object.clone()),
-                        first_pass: None,
-                    },
+                    Answered::new(&object, None, answer.patch.as_deref()),
                 );
                 Some(object)
             } else {
