@@ -126,13 +126,17 @@ Example:
     Bench(BenchArgs),
     /// Load and compile policies and bindings; report every problem.
     #[command(
-        after_long_help = "Reports unreadable files, invalid documents, CEL compile \
-errors (with the expression's field path) and bindings of missing policies, then a count.
+        after_long_help = "Reports what the API server would refuse (its own 422 \
+messages), unreadable files, CEL compile errors (with the expression's field path) and \
+bindings of missing policies, then a count. With --webhook-rules, prints instead the rules \
+a MutatingWebhookConfiguration needs to send kmutate every request the bindings can match \
+(YAML, for its `rules:`), and the report on stderr.
 
 Exit status: 0 no problem; 1 at least one problem; 2 usage error.
 
-Example:
-  kmutate check policies bindings"
+Examples:
+  kmutate check policies bindings
+  kmutate check --webhook-rules policies bindings > rules.yaml"
     )]
     Check(CheckArgs),
     /// Serve the admission webhook (HTTPS POST /mutate, GET /metrics).
@@ -318,6 +322,10 @@ struct CheckArgs {
     /// for standard input.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    /// Print the webhook rules the bindings need (YAML) on stdout; the
+    /// report goes to stderr.
+    #[arg(long)]
+    webhook_rules: bool,
 }
 
 fn main() -> ExitCode {
@@ -665,20 +673,32 @@ fn check(c: CheckArgs) -> Result<ExitCode> {
                 .map(move |w| format!("{}: {w}", p.source))
         })
         .collect();
-    for p in problems.iter().chain(&warnings) {
-        println!("{p}");
-    }
     let warned = if warnings.is_empty() {
         String::new()
     } else {
         format!(", {} warnings", warnings.len())
     };
-    println!(
+    let mut report: Vec<String> = problems.iter().chain(&warnings).cloned().collect();
+    report.push(format!(
         "{} policies, {} bindings, {} problems{warned}",
         loaded.policies.len(),
         loaded.bindings.len(),
         problems.len()
-    );
+    ));
+    if c.webhook_rules {
+        for line in &report {
+            eprintln!("{line}");
+        }
+        let rules =
+            kmutate::matching::webhook_rules::webhook_rules(&loaded.policies, &loaded.bindings);
+        let mut yaml = serde_saphyr::to_string(&rules)?;
+        if !yaml.ends_with('\n') {
+            yaml.push('\n');
+        }
+        print_stdout(&yaml)?;
+    } else {
+        print_stdout(&(report.join("\n") + "\n"))?;
+    }
     Ok(if problems.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -490,3 +490,20 @@ fn check_gives_the_api_servers_message_for_an_invalid_policy() {
         "{stdout}"
     );
 }
+
+/// `kmutate check --webhook-rules` prints the rules for a webhook
+/// configuration on stdout (issue 49), the report on stderr: for the
+/// fixture's one Deployment policy, that one rule.
+#[test]
+fn check_prints_the_webhook_rules_the_bindings_need() {
+    let (dir, _) = fixture("check-webhook-rules", POLICY);
+    let out = kmutate(&["check", "--webhook-rules", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rules: serde_json::Value = serde_saphyr::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(
+        rules,
+        serde_json::json!([{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["CREATE"], "resources": ["deployments"], "scope": "*"}])
+    );
+    assert!(text(&out.stderr).contains("1 policies, 1 bindings, 0 problems"));
+}

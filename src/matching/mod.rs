@@ -8,6 +8,7 @@ mod complete;
 pub mod index;
 mod selector;
 mod table;
+pub mod webhook_rules;
 
 pub use complete::complete_request;
 pub use table::{CrdError, ResourceInfo, ResourceTable, Scope};
