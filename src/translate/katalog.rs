@@ -80,33 +80,14 @@ pub fn translate_file(
     let mut out = Translation::default();
     let mut found = false;
     for doc in docs.iter().filter(|d| !d.is_null()) {
-        if let Some(crds) = doc.pointer("/spec/crds").and_then(Json::as_object) {
-            for (key, entry) in crds {
-                let Some(block) = entry.get("mutation") else {
-                    continue;
-                };
-                let api = entry.get("apiTypes").unwrap_or(&Json::Null);
-                let mut t = Target::from_json(api)
-                    .map_err(|e| invalid(format!("spec.crds.{key}.apiTypes: {e}")))?;
-                if let Some(sel) = target {
-                    if sel.group != t.group || sel.kind != t.kind {
-                        continue;
-                    }
-                    t = sel.clone();
-                }
-                found = true;
-                out.extend(translate_block(block, &t, base, opts)?);
+        let t = translate_document(doc, target, base, opts).map_err(|e| match e {
+            TranslateError::Invalid(m) if m.starts_with(BARE_NEEDS_TARGET) => {
+                invalid(format!("{}: {m}", path.display()))
             }
-        } else {
-            let t = target.ok_or_else(|| {
-                invalid(format!(
-                    "{}: a bare mutation block needs --target GROUP/VERSION/KIND/RESOURCE",
-                    path.display()
-                ))
-            })?;
-            found = true;
-            out.extend(translate_block(doc, t, base, opts)?);
-        }
+            other => other,
+        })?;
+        found |= t.1;
+        out.extend(t.0);
     }
     let mut names = std::collections::BTreeSet::new();
     for p in &out.policies {
@@ -131,6 +112,80 @@ pub fn translate_file(
         )));
     }
     Ok(out)
+}
+
+const BARE_NEEDS_TARGET: &str = "a bare mutation block needs --target";
+
+/// Translates one document: a Katalog (each `spec.crds.*` entry with a
+/// `mutation:` block whose admission switches are on, targets from
+/// `apiTypes`; `target` selects the entry of that group and kind) or a bare
+/// `mutation:` block (then `target` is required). Also tells whether the
+/// document held a mutation block for `target` (translated or switched off).
+pub fn translate_document(
+    doc: &Json,
+    target: Option<&Target>,
+    base: &Path,
+    opts: &Options,
+) -> Result<(Translation, bool), TranslateError> {
+    let mut out = Translation::default();
+    let Some(crds) = doc.pointer("/spec/crds").and_then(Json::as_object) else {
+        let t = target
+            .ok_or_else(|| invalid(format!("{BARE_NEEDS_TARGET} GROUP/VERSION/KIND/RESOURCE")))?;
+        return Ok((translate_block(doc, t, base, opts)?, true));
+    };
+    let admission = switch(doc, "/spec/security/webhooks/admission/enabled")?;
+    let mut found = false;
+    for (key, entry) in crds {
+        let Some(block) = entry.get("mutation") else {
+            continue;
+        };
+        let api = entry.get("apiTypes").unwrap_or(&Json::Null);
+        let mut t = Target::from_json(api)
+            .map_err(|e| invalid(format!("spec.crds.{key}.apiTypes: {e}")))?;
+        if let Some(sel) = target {
+            if sel.group != t.group || sel.kind != t.kind {
+                continue;
+            }
+            t = sel.clone();
+        }
+        found = true;
+        let mutation = switch(entry, "/webhooks/mutation")
+            .map_err(|e| invalid(format!("spec.crds.{key}.{e}")))?;
+        let switches = [
+            (
+                "spec.security.webhooks.admission.enabled".to_string(),
+                admission,
+            ),
+            (format!("spec.crds.{key}.webhooks.mutation"), mutation),
+        ];
+        if let Some((name, _)) = switches.iter().find(|(_, on)| *on == Some(false)) {
+            out.warnings.push(format!(
+                "katalog {}: not translated: {name} is false, so Katalog does not mutate it at admission (only at reconcile)",
+                t.kind
+            ));
+            continue;
+        }
+        for (name, _) in switches.iter().filter(|(_, on)| on.is_none()) {
+            out.warnings.push(format!(
+                "katalog {}: {name} is not set; translated as if true (Katalog mutates at admission only when it is true)",
+                t.kind
+            ));
+        }
+        out.extend(translate_block(block, &t, base, opts)?);
+    }
+    Ok((out, found))
+}
+
+/// An admission switch of a Katalog (`None`: not set).
+fn switch(doc: &Json, pointer: &str) -> Result<Option<bool>, TranslateError> {
+    match doc.pointer(pointer) {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(invalid(format!(
+            "{}: expected true or false, found {other}",
+            pointer.trim_start_matches('/').replace('/', ".")
+        ))),
+    }
 }
 
 /// Translates one `mutation:` block (given with or without the `mutation:` key).

@@ -220,12 +220,15 @@ pub fn translate_declarative(item: &Json, case_dir: &Path) -> Result<Translation
         .ok_or_else(|| TranslateError::Invalid("declarative item has no source".into()))?;
     match format {
         "katalog" => {
-            let target = katalog::Target::from_json(item.get("target").unwrap_or(&Json::Null))?;
+            let target = item
+                .get("target")
+                .map(katalog::Target::from_json)
+                .transpose()?;
             let base = match item.get("baseDir").and_then(Json::as_str) {
                 Some(b) => case_dir.join(b),
                 None => case_dir.to_path_buf(),
             };
-            katalog::translate_block(source, &target, &base, &opts)
+            katalog::translate_document(source, target.as_ref(), &base, &opts).map(|(t, _)| t)
         }
         "capsule" => capsule::translate_tenant(source, &opts),
         other => Err(TranslateError::Invalid(format!(
