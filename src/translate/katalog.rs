@@ -128,7 +128,20 @@ pub fn translate_document(
     opts: &Options,
 ) -> Result<(Translation, bool), TranslateError> {
     let mut out = Translation::default();
-    let Some(crds) = doc.pointer("/spec/crds").and_then(Json::as_object) else {
+    if let Some((motif, block)) = motif_block(doc) {
+        let t = target.ok_or_else(|| {
+            invalid(format!(
+                "motif {motif:?}: its admission mutation block {MOTIF_NEEDS_TARGET}"
+            ))
+        })?;
+        let name = motif_policy_name(t, &motif);
+        return Ok((translate_named_block(block, t, &name, base, opts)?, true));
+    }
+    let is_katalog = doc.get("kind").and_then(Json::as_str) == Some("Katalog")
+        || doc.pointer("/spec/motifs").is_some();
+    let empty = serde_json::Map::new();
+    let crds = doc.pointer("/spec/crds").and_then(Json::as_object);
+    let Some(crds) = crds.or(is_katalog.then_some(&empty)) else {
         let t = target
             .ok_or_else(|| invalid(format!("{BARE_NEEDS_TARGET} GROUP/VERSION/KIND/RESOURCE")))?;
         return Ok((translate_block(doc, t, base, opts)?, true));
@@ -173,7 +186,92 @@ pub fn translate_document(
         }
         out.extend(translate_block(block, &t, base, opts)?);
     }
+    found |= translate_katalog_motifs(doc, admission, target, base, opts, &mut out)?;
     Ok((out, found))
+}
+
+const MOTIF_NEEDS_TARGET: &str =
+    "applies to the custom resources that use the motif: name one with --target GROUP/VERSION/KIND/RESOURCE";
+
+/// A Motif document's, or a bare `admission:` block's, mutation block, with
+/// the motif's name: `kind: Motif` with `spec.admission.mutation` (or
+/// `admission.mutation`), or `{admission: {mutation: ...}}`.
+fn motif_block(doc: &Json) -> Option<(String, &Json)> {
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Json::as_str)
+        .unwrap_or("motif")
+        .to_string();
+    if doc.get("kind").and_then(Json::as_str) == Some("Motif") {
+        let block = doc
+            .pointer("/spec/admission/mutation")
+            .or_else(|| doc.pointer("/admission/mutation"))?;
+        return Some((name, block));
+    }
+    let admission = doc.get("admission")?;
+    (doc.get("rules").is_none() && doc.get("mutation").is_none())
+        .then(|| admission.get("mutation"))
+        .flatten()
+        .map(|block| (name, block))
+}
+
+/// `katalog-<kind>-motif-<motif>`: apart from the CRD entry's own policy.
+fn motif_policy_name(target: &Target, motif: &str) -> String {
+    format!(
+        "katalog-{}-motif-{}",
+        dns_part(&target.kind),
+        dns_part(motif)
+    )
+}
+
+/// The mutation blocks of a Katalog's `spec.motifs` (a map by name, or a
+/// list of motifs with `name`): translated for `target`, which a motif
+/// cannot name itself; without it each is a warning. Whether any was found.
+fn translate_katalog_motifs(
+    doc: &Json,
+    admission: Option<bool>,
+    target: Option<&Target>,
+    base: &Path,
+    opts: &Options,
+    out: &mut Translation,
+) -> Result<bool, TranslateError> {
+    let motifs: Vec<(String, &Json)> = match doc.pointer("/spec/motifs") {
+        Some(Json::Object(map)) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
+        Some(Json::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let name = m.get("name").and_then(Json::as_str);
+                (
+                    name.map_or_else(|| format!("motifs[{i}]"), str::to_string),
+                    m,
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut found = false;
+    for (name, motif) in motifs {
+        let Some(block) = motif.pointer("/admission/mutation") else {
+            continue;
+        };
+        found = true;
+        let Some(t) = target else {
+            out.warnings.push(format!(
+                "katalog motif {name:?}: not translated: its admission mutation block {MOTIF_NEEDS_TARGET}"
+            ));
+            continue;
+        };
+        if admission == Some(false) {
+            out.warnings.push(format!(
+                "katalog motif {name:?}: not translated: spec.security.webhooks.admission.enabled is false"
+            ));
+            continue;
+        }
+        let policy = motif_policy_name(t, &name);
+        out.extend(translate_named_block(block, t, &policy, base, opts)?);
+    }
+    Ok(found)
 }
 
 /// An admission switch of a Katalog (`None`: not set).
@@ -192,6 +290,18 @@ fn switch(doc: &Json, pointer: &str) -> Result<Option<bool>, TranslateError> {
 pub fn translate_block(
     block: &Json,
     target: &Target,
+    base_dir: &Path,
+    opts: &Options,
+) -> Result<Translation, TranslateError> {
+    let name = format!("katalog-{}", dns_part(&target.kind));
+    translate_named_block(block, target, &name, base_dir, opts)
+}
+
+/// [`translate_block`] into a policy (and binding) called `name`.
+fn translate_named_block(
+    block: &Json,
+    target: &Target,
+    name: &str,
     base_dir: &Path,
     opts: &Options,
 ) -> Result<Translation, TranslateError> {
@@ -277,7 +387,6 @@ pub fn translate_block(
         ));
         return Ok(out);
     }
-    let name = format!("katalog-{}", dns_part(&target.kind));
     let constraints = json!({
         "resourceRules": [{
             "apiGroups": [target.group],
@@ -286,7 +395,7 @@ pub fn translate_block(
             "resources": [target.resource],
         }],
     });
-    let (p, b) = policy_and_binding(&name, constraints, &mutations, opts);
+    let (p, b) = policy_and_binding(name, constraints, &mutations, opts);
     out.policies.push(p);
     out.bindings.push(b);
     Ok(out)

@@ -444,3 +444,51 @@ fn katalog_admission_switches_decide_what_is_translated() {
     );
     assert!(katalog::translate_document(&bad, None, Path::new("."), &Options::default()).is_err());
 }
+
+/// Seed 000: rules may be "declared ... inside a Motif's admission block"
+/// (issue 50). A Motif names no custom resource: --target does.
+#[test]
+fn motif_admission_blocks_translate_for_the_target() {
+    let target = katalog::Target::parse("example.com/v1/AppRequest/apprequests").unwrap();
+    let motif: Json = serde_saphyr::from_str(
+        "apiVersion: orkestra.orkspace.io/v1\nkind: Motif\nmetadata: {name: web-defaults}\nspec:\n  admission:\n    mutation:\n      rules: [{field: spec.logLevel, default: info}]\n",
+    )
+    .unwrap();
+    let run = |doc: &Json, target: Option<&katalog::Target>| {
+        katalog::translate_document(doc, target, Path::new("."), &Options::default())
+    };
+    let (t, found) = run(&motif, Some(&target)).unwrap();
+    assert!(found);
+    assert_eq!(
+        t.policies[0]["metadata"]["name"],
+        "katalog-apprequest-motif-web-defaults"
+    );
+    let e = run(&motif, None).unwrap_err().to_string();
+    assert!(
+        e.contains("motif \"web-defaults\"") && e.contains("--target"),
+        "{e}"
+    );
+    // A bare admission block reads the same.
+    let bare: Json = serde_saphyr::from_str(
+        "admission:\n  mutation:\n    rules: [{field: spec.a, default: x}]\n",
+    )
+    .unwrap();
+    assert_eq!(run(&bare, Some(&target)).unwrap().0.policies.len(), 1);
+    // A Katalog's motifs: without --target, each is a warning.
+    let katalog_doc: Json = serde_saphyr::from_str(
+        "apiVersion: orkestra.orkspace.io/v1\nkind: Katalog\nmetadata: {name: k}\nspec:\n  motifs:\n  - name: web\n    admission:\n      mutation:\n        rules: [{field: spec.a, default: x}]\n",
+    )
+    .unwrap();
+    let (t, found) = run(&katalog_doc, None).unwrap();
+    assert!(found && t.policies.is_empty());
+    assert!(
+        t.warnings[0].starts_with("katalog motif \"web\": not translated"),
+        "{:?}",
+        t.warnings
+    );
+    let (t, _) = run(&katalog_doc, Some(&target)).unwrap();
+    assert_eq!(
+        t.policies[0]["metadata"]["name"],
+        "katalog-apprequest-motif-web"
+    );
+}
