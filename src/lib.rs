@@ -30,6 +30,7 @@ mod gofmt;
 pub mod matching;
 pub mod mutation;
 pub mod parallel;
+mod quantity;
 pub mod request;
 pub mod schema;
 pub mod source;

@@ -21,8 +21,6 @@ pub use cel::common::value::{CowVal, Val};
 pub use cel::Context;
 pub use library::authz;
 pub use library::format::validate_format as named_format_errors;
-pub(crate) use library::quantity::marshaled as quantity_marshaled;
-pub(crate) use library::quantity::parse_error as quantity_parse_error;
 pub use library::urls::go_quote;
 
 /// Parser recursion limit: deeper expressions are refused, never a crash.

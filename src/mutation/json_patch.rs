@@ -21,6 +21,7 @@
 //! * Object keys keep their order and new keys go last (Go would sort them; kube decodes the
 //!   result into objects, so the order is not observable there).
 
+pub(crate) use crate::schema::subtree::decode_key;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -730,31 +731,6 @@ fn put<'a>(entries: &mut Entries<'a>, key: &str, val: Node<'a>) {
         Some((_, slot)) => *slot = val,
         None => entries.push((Cow::Owned(key.to_string()), val)),
     }
-}
-
-/// `decodePatchKey`: `~1` → `/`, then `~0` → `~`, in one pass.
-pub(crate) fn decode_key(s: &str) -> Cow<'_, str> {
-    if !s.contains('~') {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('~') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(r) = after.strip_prefix('1') {
-            out.push('/');
-            rest = r;
-        } else if let Some(r) = after.strip_prefix('0') {
-            out.push('~');
-            rest = r;
-        } else {
-            out.push('~');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Cow::Owned(out)
 }
 
 /// `findObject`: the container holding the path's last segment, and that segment decoded.

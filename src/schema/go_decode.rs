@@ -33,7 +33,7 @@ use serde_json::{Number, Value};
 use super::go_time::{parse_time, time_parse_error, Layout, RFC3339, RFC3339_MICRO};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
-use crate::cel::{quantity_marshaled, quantity_parse_error};
+use crate::quantity::{marshaled as quantity_marshaled, parse_error as quantity_parse_error};
 
 /// Why a JSONPatch result does not decode into its Go type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::model::{SchemaData, TypeSpec};
 use super::{typed, unknown, TypeRef};
-use crate::mutation::json_patch::decode_key;
+use std::borrow::Cow;
 
 /// JSON pointers (as lists of unescaped keys) to the subtrees that hold
 /// everything the patch operations writing at `dests` may have put in
@@ -108,6 +108,32 @@ fn at<'v>(
         node = child;
     }
     Some((spec, node))
+}
+
+/// A JSON pointer token decoded as json-patch's `decodePatchKey` does:
+/// `~1` → `/`, then `~0` → `~`, in one pass.
+pub(crate) fn decode_key(s: &str) -> Cow<'_, str> {
+    if !s.contains('~') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('~') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(r) = after.strip_prefix('1') {
+            out.push('/');
+            rest = r;
+        } else if let Some(r) = after.strip_prefix('0') {
+            out.push('~');
+            rest = r;
+        } else {
+            out.push('~');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -17,15 +17,11 @@
 //!   `inf.Dec` change the receiver's value too, since the copy shares its
 //!   `*inf.Dec`. Values are shared the way Go shares the pointer.
 
-#[path = "quantity_amount.rs"]
-mod amount;
-#[path = "quantity_bigint.rs"]
-mod bigint;
 #[cfg(test)]
 #[path = "quantity_ip_semver_tests.rs"]
 mod table_tests;
 
-use amount::{AmountError, Format, GoQuantity};
+use crate::quantity::amount::{self, AmountError, Format, GoQuantity};
 use cel::common::types::{CelBool, CelDouble, CelInt, CelString, Type};
 use cel::common::value::{StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
@@ -122,19 +118,6 @@ fn quantity(s: &CelString<'_>) -> Result<Quantity, ExecutionError> {
     amount::parse_quantity(s.inner())
         .map(|q| Quantity::new(q, false))
         .map_err(|e| error("quantity", e))
-}
-
-/// `resource.ParseQuantity`'s error for `s`, if it does not parse (a
-/// quantity's JSON decoding, see `crate::schema::go_decode`).
-pub(crate) fn parse_error(s: &str) -> Option<&'static str> {
-    amount::parse_quantity(s).err().map(AmountError::message)
-}
-
-/// `Quantity.MarshalJSON` after `ParseQuantity(s)`: the string as given
-/// when it is canonical, otherwise the canonical form; `None` when `s`
-/// does not parse.
-pub(crate) fn marshaled(s: &str) -> Option<String> {
-    amount::parse_quantity(s).ok().map(|mut q| q.string())
 }
 
 fn is_quantity(s: &CelString<'_>) -> CelBool {

@@ -11,11 +11,11 @@
 //! errors (kmutate has no type checker) are checked as the same message at
 //! run time.
 
-use super::amount::parse_quantity;
 use super::Quantity;
 use crate::cel::library::ip::{Cidr, Ip};
 use crate::cel::library::semver::Semver;
 use crate::cel::{error_text, CelEnvironment};
+use crate::quantity::amount::parse_quantity;
 use cel::common::types::{CelBool, CelDouble, CelInt, CelString};
 
 #[derive(Debug)]
