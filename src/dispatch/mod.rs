@@ -1061,60 +1061,13 @@ impl PolicySet {
                 let act = match_inputs
                     .activation(&versioned, &compiled.match_access)
                     .with_budget(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS);
-                // Upstream reports every condition's error, as one
-                // aggregate (`[a, b]` for several, repeated texts once).
-                let mut errors: Vec<String> = Vec::new();
-                let mut skip = false;
-                let mut false_condition = "";
-                for (name, cond) in &compiled.match_conditions {
-                    let result = match cond {
-                        // Upstream's condition filter words it so.
-                        Err(e) => Err(format!("compilation error: {e}")),
-                        Ok(expr) => act
-                            .evaluate(expr, |v| v.downcast_ref::<CelBool>().map(|b| *b.inner()))
-                            .map_err(|e| {
-                                if act.out_of_budget() {
-                                    e
-                                } else {
-                                    format!("expression '{}' resulted in error: {e}", expr.source())
-                                }
-                            })
-                            .and_then(|b| {
-                                b.ok_or_else(|| {
-                                    format!("match condition {name:?} must evaluate to bool")
-                                })
-                            }),
+                let (skip, false_condition, condition_error) =
+                    match evaluate_match_conditions(&compiled.match_conditions, &act) {
+                        Conditions::Hold => (false, "", None),
+                        Conditions::False(name) => (true, name, None),
+                        Conditions::Error(e) => (false, "", Some(e)),
                     };
-                    match result {
-                        Ok(true) => {}
-                        // Upstream evaluates every condition: one running
-                        // out of the budget fails the match, false or not.
-                        Ok(false) => {
-                            skip = true;
-                            if false_condition.is_empty() {
-                                false_condition = name;
-                            }
-                        }
-                        Err(e) if act.out_of_budget() => {
-                            errors = vec![e];
-                            skip = false;
-                            break;
-                        }
-                        Err(e) => {
-                            if !errors.contains(&e) {
-                                errors.push(e);
-                            }
-                        }
-                    }
-                }
-                if skip {
-                    errors.clear();
-                }
-                let condition_error = match errors.len() {
-                    0 => None,
-                    1 => errors.pop(),
-                    _ => Some(format!("[{}]", errors.join(", "))),
-                };
+                let mut skip = skip;
                 let skipped = |reason| {
                     let param = param.as_ref();
                     state
@@ -1305,6 +1258,66 @@ impl PolicySet {
         }
         state.attrs.object = Some(versioned);
         outcome
+    }
+}
+
+/// What an invocation's match conditions decided.
+enum Conditions<'c> {
+    /// All hold: the invocation runs.
+    Hold,
+    /// This one (the first false) does not: skipped.
+    False(&'c str),
+    /// Some failed and none was false: the error, as upstream aggregates it.
+    Error(String),
+}
+
+/// Upstream's `matchconditions.Matcher`: every condition is evaluated; any
+/// false skips the invocation, an error counts only when none is false
+/// (one that runs out of the budget fails the match, false or not), and
+/// several errors are one aggregate (`[a, b]`, repeated texts once).
+fn evaluate_match_conditions<'c>(
+    conditions: &'c [(String, Result<CompiledExpression, String>)],
+    act: &Activation<'_>,
+) -> Conditions<'c> {
+    let mut errors: Vec<String> = Vec::new();
+    let mut false_condition = None;
+    for (name, cond) in conditions {
+        let result = match cond {
+            // Upstream's condition filter words it so.
+            Err(e) => Err(format!("compilation error: {e}")),
+            Ok(expr) => act
+                .evaluate(expr, |v| v.downcast_ref::<CelBool>().map(|b| *b.inner()))
+                .map_err(|e| {
+                    if act.out_of_budget() {
+                        e
+                    } else {
+                        format!("expression '{}' resulted in error: {e}", expr.source())
+                    }
+                })
+                .and_then(|b| {
+                    b.ok_or_else(|| format!("match condition {name:?} must evaluate to bool"))
+                }),
+        };
+        match result {
+            Ok(true) => {}
+            Ok(false) => {
+                false_condition.get_or_insert(name.as_str());
+            }
+            Err(e) if act.out_of_budget() => return Conditions::Error(e),
+            Err(e) => {
+                if !errors.contains(&e) {
+                    errors.push(e);
+                }
+            }
+        }
+    }
+    if let Some(name) = false_condition {
+        return Conditions::False(name);
+    }
+    match errors.len() {
+        0 => Conditions::Hold,
+        1 => Conditions::Error(errors.remove(0)),
+        _ => Conditions::Error(format!("[{}]", errors.join(", "))),
     }
 }
 
