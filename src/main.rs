@@ -108,10 +108,10 @@ Examples:
   1  a case failed unexpectedly, an expected failure passed, or a case file is unreadable
   2  usage error
 
-The case format is described in ../shared/conformance/FORMAT.md.
+The case format is described in docs/case-format.md.
 
 Example:
-  kmutate conformance conformance ../shared/conformance/cases")]
+  kmutate conformance conformance")]
     Conformance(ConformanceArgs),
     /// Time the in-process admission of one conformance case.
     #[command(
@@ -121,7 +121,7 @@ Example:
 Exit status: 0 measured; 1 the file or case cannot be read or prepared; 2 usage error.
 
 Example:
-  kmutate bench ../shared/conformance/cases/apply-configuration.yaml --case ac-listmap-add-entry"
+  kmutate bench conformance/apply-configuration.yaml --case ac-nested-env-new-name-appends"
     )]
     Bench(BenchArgs),
     /// Load and compile policies and bindings; report every problem.
