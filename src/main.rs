@@ -121,7 +121,10 @@ Example:
 Exit status: 0 measured; 1 the file or case cannot be read or prepared; 2 usage error.
 
 Example:
-  kmutate bench conformance/apply-configuration.yaml --case ac-nested-env-new-name-appends"
+  kmutate bench conformance/apply-configuration.yaml --case ac-nested-env-new-name-appends
+  # your own policies on your own object
+  kmutate bench --policies policies --bindings bindings --resources examples/namespace.yaml \\
+      -f examples/pod.yaml"
     )]
     Bench(BenchArgs),
     /// Load and compile policies and bindings; report every problem.
@@ -306,8 +309,22 @@ struct ConformanceArgs {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// A conformance case file.
-    file: PathBuf,
+    /// A conformance case file (or, with -f, none).
+    #[arg(required_unless_present = "object", conflicts_with = "object")]
+    file: Option<PathBuf>,
+    /// Your own object instead of a case: admitted as a CREATE through
+    /// --policies and --bindings (with --resources for the cluster).
+    #[arg(short = 'f', long = "filename", value_name = "FILE", requires_all = ["policies", "bindings"])]
+    object: Option<PathBuf>,
+    /// Policy files or folders, with -f (repeatable).
+    #[arg(long, value_name = "PATH")]
+    policies: Vec<PathBuf>,
+    /// Binding files or folders, with -f (repeatable).
+    #[arg(long, value_name = "PATH")]
+    bindings: Vec<PathBuf>,
+    /// Cluster objects (Namespaces, params, CRDs), with -f (repeatable).
+    #[arg(long, value_name = "PATH")]
+    resources: Vec<PathBuf>,
     /// The name of the case to run (default: the first of the file).
     #[arg(long, value_name = "NAME")]
     case: Option<String>,
@@ -499,6 +516,49 @@ fn apply_summary(results: &[kmutate::apply::DocumentResult], a: &ApplyArgs) -> E
     }
 }
 
+/// A case admitting the one object of `object` as a CREATE through the
+/// policies, bindings and resources of `b`, for `kmutate bench -f`.
+fn bench_case(b: &BenchArgs, object: &PathBuf) -> Result<conformance::Case> {
+    let documents = |paths: &[PathBuf]| -> Result<Vec<serde_json::Value>> {
+        let loaded = load::load_paths(paths);
+        if let Some(e) = loaded.errors.first() {
+            bail!("{e}");
+        }
+        let mut docs = Vec::new();
+        for path in paths {
+            for file in load::collect_files(path).map_err(|e| anyhow::anyhow!("{e}"))? {
+                let text = std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                docs.extend(
+                    load::parse_documents(&text)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+                        .into_iter()
+                        .filter(|d| !d.is_null()),
+                );
+            }
+        }
+        Ok(docs)
+    };
+    let mut all = documents(&b.policies)?;
+    all.extend(documents(&b.bindings)?);
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+        all.iter().filter(|d| d["kind"] == kind).collect()
+    };
+    let doc = serde_json::json!({
+        "name": "bench",
+        "policies": of_kind("MutatingAdmissionPolicy"),
+        "bindings": of_kind("MutatingAdmissionPolicyBinding"),
+        "resources": documents(&b.resources)?,
+        "object": read_document(object)?,
+        "expect": {"object": {}},
+    });
+    Ok(conformance::Case {
+        name: "bench".into(),
+        source: Default::default(),
+        doc,
+    })
+}
+
 /// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
 fn print_stdout(text: &str) -> Result<()> {
     use std::io::Write as _;
@@ -603,12 +663,15 @@ fn cluster_conformance(c: ConformanceArgs) -> Result<ExitCode> {
 }
 
 fn bench(b: BenchArgs) -> Result<ExitCode> {
-    let cases = conformance::read_cases(std::slice::from_ref(&b.file));
-    let case = cases
-        .into_iter()
-        .filter_map(Result::ok)
-        .find(|c| b.case.as_ref().is_none_or(|n| &c.name == n))
-        .ok_or_else(|| anyhow::anyhow!("no such case in {}", b.file.display()))?;
+    let case = match (&b.object, &b.file) {
+        (Some(object), _) => bench_case(&b, object)?,
+        (None, Some(file)) => conformance::read_cases(std::slice::from_ref(file))
+            .into_iter()
+            .filter_map(Result::ok)
+            .find(|c| b.case.as_ref().is_none_or(|n| &c.name == n))
+            .ok_or_else(|| anyhow::anyhow!("no such case in {}", file.display()))?,
+        (None, None) => bail!("a case file or -f OBJECT is needed"),
+    };
     let prepared = conformance::prepare(&case).map_err(|e| anyhow::anyhow!(e))?;
     for _ in 0..(b.iterations / 10).max(1) {
         std::hint::black_box(prepared.run());

@@ -507,3 +507,44 @@ fn check_prints_the_webhook_rules_the_bindings_need() {
     );
     assert!(text(&out.stderr).contains("1 policies, 1 bindings, 0 problems"));
 }
+
+/// `kmutate bench -f` times a user's own object through their policies
+/// (issue 43); a case file and -f exclude each other.
+#[test]
+fn bench_takes_policies_bindings_and_an_object() {
+    let (_, [p, b, o]) = fixture("bench-object", POLICY);
+    let out = kmutate(&[
+        "bench",
+        "--policies",
+        &p,
+        "--bindings",
+        &b,
+        "-f",
+        &o,
+        "--iterations",
+        "20",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).trim_end().ends_with(" ns/op"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = kmutate(&[
+        "bench",
+        "conformance/apply-configuration.yaml",
+        "-f",
+        &o,
+        "--policies",
+        &p,
+        "--bindings",
+        &b,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = kmutate(&["bench", "-f", &o]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--policies and --bindings are required with -f"
+    );
+}
