@@ -36,6 +36,9 @@ pub enum Problem {
     },
     /// `Forbidden: DETAIL`.
     Forbidden(String),
+    /// `Internal error: DETAIL` (an expression whose program cannot be
+    /// built, such as a constant conversion that always fails).
+    Internal(String),
 }
 
 /// A refused value, printed as upstream prints it: strings quoted as Go's
@@ -112,6 +115,7 @@ impl fmt::Display for FieldError {
                 write!(f, "Too many: {actual}: must have at most {max} items")
             }
             Problem::Forbidden(detail) => write!(f, "Forbidden: {detail}"),
+            Problem::Internal(detail) => write!(f, "Internal error: {detail}"),
         }
     }
 }

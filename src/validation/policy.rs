@@ -281,7 +281,14 @@ impl CompileErrors {
     /// `Invalid value: EXPRESSION: MESSAGE` when the expression at `field`
     /// did not compile.
     fn report(&self, errs: &mut FieldErrors, field: &str, expression: &str) {
-        if let Some(message) = self.0.get(field) {
+        let Some(message) = self.0.get(field) else {
+            return;
+        };
+        // Upstream's compiler reports a program it cannot build as an
+        // internal error, without the expression.
+        if message.starts_with("program instantiation failed:") {
+            errs.push(field, Problem::Internal(message.clone()));
+        } else {
             errs.invalid(field, expression, message);
         }
     }

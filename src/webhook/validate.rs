@@ -91,6 +91,7 @@ fn cause_reason(problem: &Problem) -> &'static str {
         Problem::Duplicate(_) => "FieldValueDuplicate",
         Problem::TooMany { .. } => "FieldValueTooMany",
         Problem::Forbidden(_) => "FieldValueForbidden",
+        Problem::Internal(_) => "InternalError",
     }
 }
 
