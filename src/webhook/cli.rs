@@ -284,7 +284,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             listen = %server.addr(),
             metrics = %server.metrics_addr().map(|a| a.to_string()).unwrap_or_default(),
             timeout = %format_duration(args.timeout),
-            "serving POST /mutate, GET /healthz, GET /readyz (HTTPS) and GET /metrics (HTTP)"
+            "serving POST /mutate, POST /validate, GET /healthz, GET /readyz (HTTPS) and GET /metrics (HTTP)"
         );
         wait_for_signal().await?;
         tracing::info!("shutdown signal received");
