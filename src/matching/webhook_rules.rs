@@ -154,48 +154,29 @@ fn without_covered(atoms: BTreeSet<Atom>) -> Vec<Atom> {
 /// Few rules for `atoms`: those that differ in one field only become one,
 /// field by field (groups, then versions, resources, operations).
 fn merge(atoms: Vec<Atom>) -> Vec<WebhookRule> {
-    // (groups, versions, resources, operations, scope) as sets.
-    type Shape = (
-        BTreeSet<String>,
-        BTreeSet<String>,
-        BTreeSet<String>,
-        BTreeSet<String>,
-        &'static str,
-    );
+    // [groups, versions, resources, operations] as sets, and the scope.
+    type Shape = ([BTreeSet<String>; 4], &'static str);
     let mut shapes: Vec<Shape> = atoms
         .into_iter()
-        .map(|(g, v, r, o, s)| {
-            let one = |x: String| BTreeSet::from([x]);
-            (one(g), one(v), one(r), one(o), s)
-        })
+        .map(|(g, v, r, o, s)| ([g, v, r, o].map(|x| BTreeSet::from([x])), s))
         .collect();
     for field in 0..4 {
         let mut merged: BTreeMap<Shape, BTreeSet<String>> = BTreeMap::new();
         for mut shape in shapes {
-            let taken = std::mem::take(match field {
-                0 => &mut shape.0,
-                1 => &mut shape.1,
-                2 => &mut shape.2,
-                _ => &mut shape.3,
-            });
+            let taken = std::mem::take(&mut shape.0[field]);
             merged.entry(shape).or_default().extend(taken);
         }
         shapes = merged
             .into_iter()
             .map(|(mut shape, values)| {
-                *match field {
-                    0 => &mut shape.0,
-                    1 => &mut shape.1,
-                    2 => &mut shape.2,
-                    _ => &mut shape.3,
-                } = values;
+                shape.0[field] = values;
                 shape
             })
             .collect();
     }
     let mut rules: Vec<WebhookRule> = shapes
         .into_iter()
-        .map(|(g, v, r, o, s)| WebhookRule {
+        .map(|([g, v, r, o], s)| WebhookRule {
             api_groups: g.into_iter().collect(),
             api_versions: v.into_iter().collect(),
             operations: o.into_iter().collect(),

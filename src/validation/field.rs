@@ -92,8 +92,14 @@ pub struct FieldError {
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.field)?;
-        match &self.problem {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+/// The error's body, after its field (`ErrorBody` in apimachinery).
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Problem::Required(detail) if detail.is_empty() => f.write_str("Required value"),
             Problem::Required(detail) => write!(f, "Required value: {detail}"),
             Problem::Invalid { value, detail } if detail.is_empty() => {

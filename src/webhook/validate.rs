@@ -61,11 +61,7 @@ fn status_of(refusal: &Refusal) -> Json {
         .0
         .iter()
         .map(|e| {
-            let text = e.to_string();
-            let body = text
-                .strip_prefix(&format!("{}: ", e.field))
-                .unwrap_or(&text);
-            json!({"reason": cause_reason(&e.problem), "message": body, "field": e.field})
+            json!({"reason": cause_reason(&e.problem), "message": e.problem.to_string(), "field": e.field})
         })
         .collect();
     json!({
