@@ -31,6 +31,7 @@ pub mod matching;
 pub mod mutation;
 pub mod parallel;
 mod quantity;
+pub mod registration;
 pub mod request;
 pub mod schema;
 pub mod source;

@@ -305,6 +305,10 @@ struct ConformanceArgs {
     /// Cases run at once against the cluster.
     #[arg(long, value_name = "N", default_value_t = 8, requires = "cluster")]
     jobs: usize,
+    /// With --implementation kmutate.dev: kmutate keeps its webhook's rules
+    /// to what the cases' policies match, as `serve --manage-webhook` does.
+    #[arg(long, requires = "cluster")]
+    manage_webhook: bool,
 }
 
 #[derive(clap::Args)]
@@ -642,6 +646,7 @@ fn cluster_conformance(c: ConformanceArgs) -> Result<ExitCode> {
             Some(list) => read_expected_failures(list)?,
             None => Default::default(),
         },
+        manage_webhook: c.manage_webhook,
     };
     if c.install_param_informers {
         let kinds = conformance::cluster::install_param_informers(&c.paths, &options)?;

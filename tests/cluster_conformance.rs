@@ -47,10 +47,10 @@ fn shared_cases() -> PathBuf {
 }
 
 fn options(kas: &Kas) -> ClusterOptions {
-    options_for(kas, Implementation::Builtin)
+    options_for(kas, Implementation::Builtin, false)
 }
 
-fn options_for(kas: &Kas, implementation: Implementation) -> ClusterOptions {
+fn options_for(kas: &Kas, implementation: Implementation, manage_webhook: bool) -> ClusterOptions {
     ClusterOptions {
         kubeconfig: Some(kas.kubeconfig.clone()),
         context: None,
@@ -58,21 +58,27 @@ fn options_for(kas: &Kas, implementation: Implementation) -> ClusterOptions {
         jobs: 8,
         progress: false,
         expected_failures: Default::default(),
+        manage_webhook,
     }
 }
 
 fn run(kas: &Kas, paths: &[PathBuf]) -> (kmutate::conformance::cluster::ClusterSummary, String) {
-    run_with(kas, paths, Implementation::Builtin)
+    run_with(kas, paths, Implementation::Builtin, false)
 }
 
 fn run_with(
     kas: &Kas,
     paths: &[PathBuf],
     implementation: Implementation,
+    manage_webhook: bool,
 ) -> (kmutate::conformance::cluster::ClusterSummary, String) {
     let mut out = Vec::new();
-    let summary =
-        run_cluster(paths, &options_for(kas, implementation), &mut out).expect("the run completes");
+    let summary = run_cluster(
+        paths,
+        &options_for(kas, implementation, manage_webhook),
+        &mut out,
+    )
+    .expect("the run completes");
     (summary, String::from_utf8_lossy(&out).into_owned())
 }
 
@@ -176,16 +182,21 @@ fn wrong_expectations_fail_and_connect_is_skipped() {
     ];
     let file = dir.join("cases.yaml");
     std::fs::write(&file, cases.join("---\n")).unwrap();
-    for implementation in [Implementation::Builtin, Implementation::KmutateDev] {
-        judged_alike(&kas, &file, implementation);
+    for (implementation, managed) in [
+        (Implementation::Builtin, false),
+        (Implementation::KmutateDev, false),
+        // kmutate keeping its webhook's rules to the cases' policies.
+        (Implementation::KmutateDev, true),
+    ] {
+        judged_alike(&kas, &file, implementation, managed);
     }
 }
 
 /// The judging cases of [`wrong_expectations_fail_and_connect_is_skipped`]
 /// run by `implementation`, and nothing of the run left in force.
-fn judged_alike(kas: &Kas, file: &Path, implementation: Implementation) {
-    let (summary, report) = run_with(kas, &[file.to_path_buf()], implementation);
-    eprintln!("{implementation:?}:\n{report}");
+fn judged_alike(kas: &Kas, file: &Path, implementation: Implementation, managed: bool) {
+    let (summary, report) = run_with(kas, &[file.to_path_buf()], implementation, managed);
+    eprintln!("{implementation:?} (managed rules: {managed}):\n{report}");
     assert!(report.contains("ok sets-the-label"), "{report}");
     assert_eq!(
         failed_cases(&report),
@@ -215,6 +226,8 @@ fn judged_alike(kas: &Kas, file: &Path, implementation: Implementation) {
                 "admissionregistration.k8s.io/v1",
                 "mutatingwebhookconfigurations",
             ),
+            // The Lease of managed rules.
+            ("coordination.k8s.io/v1", "namespaces/default/leases"),
         ] {
             let list: Result<serde_json::Value, _> = client
                 .request(

@@ -653,8 +653,9 @@ fn validating_webhook_calls_validate_for_kmutate_dev_objects_only() {
         assert_eq!(service[key], mutating_service[key], "{key}");
     }
     assert_eq!(service["path"], VALIDATE_PATH);
+    let inject = "cert-manager.io/inject-ca-from";
     assert_eq!(
-        validating["metadata"]["annotations"], mutating["metadata"]["annotations"],
+        validating["metadata"]["annotations"][inject], mutating["metadata"]["annotations"][inject],
         "the same CA injection"
     );
     assert_eq!(
@@ -1215,4 +1216,97 @@ fn dashboard_and_alerts_query_only_what_kmutate_exports() {
         assert!(ids.insert(panel["id"].as_u64().expect("panel id")));
         assert!(panel["gridPos"]["w"].as_u64().is_some());
     }
+}
+
+/// `--manage-webhook` (issue 49) names the shipped webhook configuration,
+/// whose ceiling lets through every rule the library needs, and the RBAC
+/// grants exactly what managing it takes: that configuration's rules and the
+/// Lease, in the Deployment's namespace, to the Deployment's account.
+#[test]
+fn managed_webhook_rules_have_their_configuration_ceiling_and_rbac() {
+    use kmutate::matching::webhook_rules::{webhook_rules, within, WebhookRule};
+    use kmutate::registration::configuration::CEILING_ANNOTATION;
+    let objects = installed();
+    let deployment = object(&objects, "Deployment", "kmutate");
+    let name = serve_args(deployment)
+        .manage_webhook
+        .expect("the Deployment manages its webhook's rules");
+    let configuration = object(&objects, "MutatingWebhookConfiguration", &name);
+    let ceiling: Vec<WebhookRule> = serde_json::from_value(
+        kmutate::api::load::parse_documents(str_of(
+            &configuration["metadata"]["annotations"][CEILING_ANNOTATION],
+            CEILING_ANNOTATION,
+        ))
+        .unwrap()
+        .remove(0),
+    )
+    .expect("the ceiling is a list of rules");
+    let library = kmutate::api::load::load_paths(&[repo("policies"), repo("bindings")]);
+    let needed = webhook_rules(&library.policies, &library.bindings);
+    assert!(!needed.is_empty());
+    assert_eq!(
+        within(&needed, &ceiling),
+        needed,
+        "the ceiling cuts the library's rules"
+    );
+    // The ceiling keeps to what the unmanaged rules allowed: creates and updates.
+    for rule in &ceiling {
+        assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
+    }
+
+    let role_grants = |role: &Value, group: &str, resource: &str, verb: &str| -> Vec<Value> {
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["apiGroups"].as_array().unwrap().contains(&json!(group))
+                    && r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!(resource))
+                    && r["verbs"].as_array().unwrap().contains(&json!(verb))
+            })
+            .map(|r| r["resourceNames"].clone())
+            .collect()
+    };
+    let cluster_role = object(&objects, "ClusterRole", "kmutate");
+    for verb in ["get", "patch"] {
+        assert_eq!(
+            role_grants(
+                cluster_role,
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                verb
+            ),
+            [json!([name])],
+            "{verb} on the configuration, by name only"
+        );
+    }
+    let namespace = &deployment["metadata"]["namespace"];
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == *namespace)
+        .expect("a Role in the Deployment's namespace");
+    let lease = format!("{name}-webhook-rules");
+    for verb in ["get", "update"] {
+        assert_eq!(
+            role_grants(role, "coordination.k8s.io", "leases", verb),
+            [json!([lease])]
+        );
+    }
+    assert_eq!(
+        role_grants(role, "coordination.k8s.io", "leases", "create"),
+        [Value::Null]
+    );
+    let binding = objects
+        .iter()
+        .find(|o| o["kind"] == "RoleBinding" && o["roleRef"]["name"] == role["metadata"]["name"])
+        .expect("the Role is bound");
+    assert_eq!(binding["metadata"]["namespace"], *namespace);
+    let account = &deployment["spec"]["template"]["spec"]["serviceAccountName"];
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}])
+    );
 }

@@ -459,6 +459,11 @@ impl PolicySet {
         self.policies.iter().map(|c| &c.policy)
     }
 
+    /// The bindings of existing policies, as loaded.
+    pub fn bindings(&self) -> impl Iterator<Item = &Binding> {
+        self.bindings.iter().map(|(b, _)| b)
+    }
+
     /// Compiles `policies` and pairs them with `bindings`; a binding whose
     /// policy does not exist is ignored, as upstream does.
     pub fn new(

@@ -6,8 +6,13 @@
 //!
 //! What webhook rules cannot say is left out, so the rules match a
 //! superset: resource names, `excludeResourceRules` and selectors are
-//! decided by kmutate itself. Requests through other versions of a
-//! matched resource need the configuration's `matchPolicy: Equivalent`.
+//! decided by kmutate itself. Versions are always `*`: a request through a
+//! version the rules did not name would reach kmutate converted by the
+//! webhook's `matchPolicy: Equivalent`, so that a policy with `matchPolicy:
+//! Exact` would see the version it names instead of the request's own;
+//! sent in every version, each request comes as it was made, and kmutate
+//! matches it as upstream does. Requests through an equivalent resource of
+//! another group still need the configuration's `matchPolicy: Equivalent`.
 
 use crate::api::{Binding, NamedRule, Policy, RuleScope};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 const MUTATING_OPERATIONS: [&str; 3] = ["CONNECT", "CREATE", "UPDATE"];
 
 /// One rule of a webhook configuration (`RuleWithOperations`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookRule {
     /// `apiGroups`.
@@ -27,8 +32,13 @@ pub struct WebhookRule {
     pub operations: Vec<String>,
     /// `resources`, with subresources.
     pub resources: Vec<String>,
-    /// `scope`: `*`, `Cluster` or `Namespaced`.
+    /// `scope`: `*`, `Cluster` or `Namespaced` (the API's default: `*`).
+    #[serde(default = "any_scope")]
     pub scope: String,
+}
+
+fn any_scope() -> String {
+    "*".into()
 }
 
 /// One request shape a rule allows: group, version, resource, operation,
@@ -37,10 +47,15 @@ type Atom = (String, String, String, String, &'static str);
 
 /// The rules that send kmutate every request the bindings of `bindings`
 /// (with their policy among `policies`) can match.
-pub fn webhook_rules(policies: &[Policy], bindings: &[Binding]) -> Vec<WebhookRule> {
+pub fn webhook_rules<'a>(
+    policies: impl IntoIterator<Item = &'a Policy>,
+    bindings: impl IntoIterator<Item = &'a Binding>,
+) -> Vec<WebhookRule> {
+    let policies: BTreeMap<&str, &Policy> =
+        policies.into_iter().map(|p| (p.name.as_str(), p)).collect();
     let mut atoms = BTreeSet::new();
     for binding in bindings {
-        let Some(policy) = policies.iter().find(|p| p.name == binding.policy_name) else {
+        let Some(policy) = policies.get(binding.policy_name.as_str()) else {
             continue;
         };
         let narrowing = binding
@@ -62,7 +77,73 @@ pub fn webhook_rules(policies: &[Policy], bindings: &[Binding]) -> Vec<WebhookRu
             }
         }
     }
+    let atoms = atoms
+        .into_iter()
+        .map(|(g, _, r, o, s)| (g, "*".to_string(), r, o, s));
+    merge(without_covered(atoms.collect()))
+}
+
+/// Whether every request `inner` sends is sent by `outer` too.
+pub fn covers(outer: &[WebhookRule], inner: &[WebhookRule]) -> bool {
+    let outer: Vec<Atom> = outer.iter().flat_map(atoms_of_webhook_rule).collect();
+    inner
+        .iter()
+        .flat_map(atoms_of_webhook_rule)
+        .all(|a| outer.iter().any(|b| intersect(&a, b).as_ref() == Some(&a)))
+}
+
+/// The requests both `rules` and `ceiling` send, as few rules.
+pub fn within(rules: &[WebhookRule], ceiling: &[WebhookRule]) -> Vec<WebhookRule> {
+    let ceiling: Vec<Atom> = ceiling.iter().flat_map(atoms_of_webhook_rule).collect();
+    let atoms: BTreeSet<Atom> = rules
+        .iter()
+        .flat_map(atoms_of_webhook_rule)
+        .flat_map(|a| ceiling.iter().filter_map(move |b| intersect(&a, b)))
+        .collect();
     merge(without_covered(atoms))
+}
+
+/// The requests either `a` or `b` sends, as few rules.
+pub fn union(a: &[WebhookRule], b: &[WebhookRule]) -> Vec<WebhookRule> {
+    let atoms: BTreeSet<Atom> = a.iter().chain(b).flat_map(atoms_of_webhook_rule).collect();
+    merge(without_covered(atoms))
+}
+
+/// Every (group, version, resource, operation, scope) a webhook rule
+/// allows; an operation `*` stands for those a mutating policy can act on,
+/// an unknown scope for none.
+fn atoms_of_webhook_rule(rule: &WebhookRule) -> Vec<Atom> {
+    let scope = match rule.scope.as_str() {
+        "*" => "*",
+        "Cluster" => "Cluster",
+        "Namespaced" => "Namespaced",
+        _ => return Vec::new(),
+    };
+    let operations = expand_operations(&rule.operations);
+    let mut out = Vec::new();
+    for g in &rule.api_groups {
+        for v in &rule.api_versions {
+            for r in &rule.resources {
+                for o in &operations {
+                    out.push((g.clone(), v.clone(), r.clone(), o.to_string(), scope));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `operations` with `*` spelled out, those no mutating policy acts on left out.
+fn expand_operations(operations: &[String]) -> Vec<&str> {
+    if operations.iter().any(|o| o == "*") {
+        MUTATING_OPERATIONS.to_vec()
+    } else {
+        operations
+            .iter()
+            .map(String::as_str)
+            .filter(|o| MUTATING_OPERATIONS.contains(o))
+            .collect()
+    }
 }
 
 /// Every (group, version, resource, operation, scope) `rule` allows.
@@ -72,15 +153,7 @@ fn atoms_of(rule: &NamedRule) -> impl Iterator<Item = Atom> + '_ {
         RuleScope::Cluster => "Cluster",
         RuleScope::Namespaced => "Namespaced",
     };
-    let operations: Vec<&str> = if rule.operations.iter().any(|o| o == "*") {
-        MUTATING_OPERATIONS.to_vec()
-    } else {
-        rule.operations
-            .iter()
-            .map(String::as_str)
-            .filter(|o| MUTATING_OPERATIONS.contains(o))
-            .collect()
-    };
+    let operations = expand_operations(&rule.operations);
     rule.api_groups.iter().flat_map(move |g| {
         let operations = operations.clone();
         rule.api_versions.iter().flat_map(move |v| {
@@ -105,18 +178,20 @@ fn meet<'a>(a: &'a str, b: &'a str) -> Option<&'a str> {
 }
 
 /// What two resource patterns (`pods`, `pods/status`, `*`, `*/*`,
-/// `pods/*`, `*/scale`) both allow.
+/// `pods/*`, `*/scale`) both allow. As upstream's rule matcher has it, a
+/// subresource `*` also allows the resource itself (`*/*` is everything,
+/// `pods/*` pods and its subresources), while a bare resource allows no
+/// subresource.
 fn meet_resources(a: &str, b: &str) -> Option<String> {
     let split = |r: &str| match r.split_once('/') {
-        Some((res, sub)) => (res.to_string(), Some(sub.to_string())),
-        None => (r.to_string(), None),
+        Some((res, sub)) => (res.to_string(), sub.to_string()),
+        None => (r.to_string(), String::new()),
     };
     let ((ra, sa), (rb, sb)) = (split(a), split(b));
-    let resource = meet(&ra, &rb)?.to_string();
-    match (sa, sb) {
-        (None, None) => Some(resource),
-        (Some(x), Some(y)) => Some(format!("{resource}/{}", meet(&x, &y)?)),
-        _ => None,
+    let resource = meet(&ra, &rb)?;
+    match meet(&sa, &sb)? {
+        "" => Some(resource.to_string()),
+        sub => Some(format!("{resource}/{sub}")),
     }
 }
 
@@ -283,8 +358,8 @@ mod tests {
         assert_eq!(
             shown(&webhook_rules(&policies, &bindings)),
             [
-                r#"[""] ["v1"] ["pods"] ["CREATE"] *"#,
-                r#"["apps"] ["v1"] ["deployments", "statefulsets"] ["CREATE", "UPDATE"] *"#,
+                r#"[""] ["*"] ["pods"] ["CREATE"] *"#,
+                r#"["apps"] ["*"] ["deployments", "statefulsets"] ["CREATE", "UPDATE"] *"#,
             ]
         );
     }
@@ -305,10 +380,10 @@ mod tests {
             )]),
         )];
         // `*` allows no subresource, `*/scale` only scale; DELETE is never
-        // a mutating policy's.
+        // a mutating policy's; every version comes as it was made.
         assert_eq!(
             shown(&webhook_rules(&policies, &bindings)),
-            [r#"["apps"] ["v1"] ["deployments", "deployments/scale"] ["UPDATE"] *"#]
+            [r#"["apps"] ["*"] ["deployments", "deployments/scale"] ["UPDATE"] *"#]
         );
     }
 
@@ -327,5 +402,88 @@ mod tests {
             [r#"[""] ["*"] ["pods"] ["CONNECT", "CREATE", "UPDATE"] *"#]
         );
         assert!(webhook_rules(&policies, &[]).is_empty());
+    }
+
+    fn webhook_rule(groups: &[&str], resources: &[&str], ops: &[&str], scope: &str) -> WebhookRule {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect();
+        WebhookRule {
+            api_groups: v(groups),
+            api_versions: v(&["*"]),
+            operations: v(ops),
+            resources: v(resources),
+            scope: scope.into(),
+        }
+    }
+
+    #[test]
+    fn coverage_knows_that_star_leaves_subresources_out() {
+        let everything = [webhook_rule(&["*"], &["*"], &["CREATE", "UPDATE"], "*")];
+        let pods = [webhook_rule(&[""], &["pods"], &["CREATE"], "Namespaced")];
+        let exec = [webhook_rule(&[""], &["pods/exec"], &["CONNECT"], "*")];
+        let ephemeral = [webhook_rule(
+            &[""],
+            &["pods/ephemeralcontainers"],
+            &["UPDATE"],
+            "*",
+        )];
+        assert!(covers(&everything, &pods));
+        assert!(!covers(&pods, &everything));
+        assert!(!covers(&everything, &ephemeral));
+        assert!(
+            !covers(&everything, &exec),
+            "CONNECT is not among the ceiling's"
+        );
+        assert!(covers(&everything, &[]));
+        assert!(!covers(&[], &pods));
+        let with_sub = [webhook_rule(&["*"], &["*/*"], &["*"], "*")];
+        assert!(covers(&with_sub, &ephemeral) && covers(&with_sub, &exec));
+        // `*/*` and `pods/*` allow the resource itself too.
+        assert!(covers(&with_sub, &pods));
+        let pods_and_subresources = [webhook_rule(&[""], &["pods/*"], &["CREATE"], "*")];
+        assert!(covers(&pods_and_subresources, &pods));
+        assert!(!covers(&pods, &pods_and_subresources));
+    }
+
+    #[test]
+    fn a_ceiling_cuts_what_rules_may_send_and_a_union_merges() {
+        let ceiling = [webhook_rule(
+            &["*"],
+            &["*", "*/*"],
+            &["CREATE", "UPDATE"],
+            "*",
+        )];
+        let wanted = [
+            webhook_rule(&[""], &["pods", "pods/exec"], &["*"], "*"),
+            webhook_rule(&["apps"], &["deployments"], &["CREATE"], "Namespaced"),
+        ];
+        assert_eq!(
+            shown(&within(&wanted, &ceiling)),
+            [
+                r#"[""] ["*"] ["pods", "pods/exec"] ["CREATE", "UPDATE"] *"#,
+                r#"["apps"] ["*"] ["deployments"] ["CREATE"] Namespaced"#,
+            ]
+        );
+        assert!(within(&wanted, &[]).is_empty());
+        let configmaps = [webhook_rule(
+            &[""],
+            &["configmaps"],
+            &["CREATE", "UPDATE"],
+            "*",
+        )];
+        let pods = [webhook_rule(&[""], &["pods"], &["CREATE", "UPDATE"], "*")];
+        assert_eq!(
+            shown(&union(&pods, &configmaps)),
+            [r#"[""] ["*"] ["configmaps", "pods"] ["CREATE", "UPDATE"] *"#]
+        );
+        assert_eq!(union(&pods, &pods), pods);
+    }
+
+    #[test]
+    fn a_rule_read_from_the_api_defaults_its_scope() {
+        let read: WebhookRule = serde_json::from_value(serde_json::json!({
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]
+        }))
+        .unwrap();
+        assert_eq!(read.scope, "*");
     }
 }

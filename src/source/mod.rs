@@ -80,6 +80,20 @@ pub trait Source: Send + Sync {
     fn snapshot(&self) -> Option<Snapshot>;
 }
 
+/// Told of each policy set the assembler publishes, before and after: the
+/// webhook registration ([`crate::registration`]) must send kube-apiserver's
+/// requests for a policy to kmutate before kmutate says the policy is in
+/// force, and may stop only after kmutate stopped serving it.
+pub trait PublishGate: Send + Sync {
+    /// Returns once `engine` may be published.
+    fn before_publish<'a>(
+        &'a self,
+        engine: &'a Engine,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    /// `engine` is the one served now.
+    fn published(&self, engine: &Engine);
+}
+
 /// Builds engines from the sources' snapshots and publishes them.
 pub struct Assembler {
     sources: Vec<Arc<dyn Source>>,
@@ -88,6 +102,7 @@ pub struct Assembler {
     slot: Arc<ArcSwapOption<Engine>>,
     metrics: Option<Arc<dyn LoadObserver>>,
     live_namespaces: Option<Arc<dyn LiveNamespaces>>,
+    gate: Option<Arc<dyn PublishGate>>,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -120,7 +135,14 @@ impl Assembler {
             slot,
             metrics,
             live_namespaces: None,
+            gate: None,
         }
+    }
+
+    /// Engines are published through `gate`.
+    pub fn with_gate(mut self, gate: Arc<dyn PublishGate>) -> Assembler {
+        self.gate = Some(gate);
+        self
     }
 
     /// Engines built read the Namespaces they do not hold from `live`.
@@ -186,9 +208,15 @@ impl Assembler {
                 inputs,
                 compiled: engine.compiled().clone(),
             });
+            if let Some(gate) = &self.gate {
+                gate.before_publish(&engine).await;
+            }
             // Published before it is logged and counted: whoever reads the
             // log line or the metric finds the new set in force.
             self.slot.store(Some(engine.clone()));
+            if let Some(gate) = &self.gate {
+                gate.published(&engine);
+            }
             if let Some(m) = &self.metrics {
                 m.loaded(
                     engine.policies(),
@@ -270,6 +298,7 @@ pub async fn start(
     authorizer: Arc<dyn Authorizer>,
     slot: Arc<ArcSwapOption<Engine>>,
     metrics: Option<Arc<dyn LoadObserver>>,
+    gate: Option<Arc<dyn PublishGate>>,
 ) -> Result<Running, SourceError> {
     let changed = Arc::new(Notify::new());
     let mut running = Running::default();
@@ -308,6 +337,9 @@ pub async fn start(
     let mut assembler = Assembler::new(sources, changed, authorizer, slot, metrics);
     if let Some(live) = live_namespaces {
         assembler = assembler.with_live_namespaces(live);
+    }
+    if let Some(gate) = gate {
+        assembler = assembler.with_gate(gate);
     }
     running.tasks.push(tokio::spawn(assembler.run()));
     Ok(running)

@@ -111,6 +111,18 @@ pub struct ServeArgs {
     /// limit.
     #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// Keep the `rules` of this MutatingWebhookConfiguration equal to what
+    /// the loaded policies can match, so that kube-apiserver calls kmutate
+    /// for nothing else (needs get and patch on it, and a Lease: see
+    /// deploy/rbac.yaml). Only `rules` are written, never beyond the
+    /// configuration's `kmutate.dev/allowed-rules` annotation.
+    #[arg(long, value_name = "NAME")]
+    pub manage_webhook: Option<String>,
+    /// Namespace of the Lease that picks the one replica writing the rules
+    /// (`NAME-webhook-rules`); default: the client's namespace (in a Pod,
+    /// its own).
+    #[arg(long, value_name = "NAMESPACE", requires = "manage_webhook")]
+    pub lease_namespace: Option<String>,
     /// Decisions for the CEL `authorizer` checks (the list format of
     /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
     /// every check is denied, or with --source api|both asked of the API
@@ -266,6 +278,13 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             .or_else(|| (!args.listen.ip().is_unspecified()).then(|| args.listen.to_string())),
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
+        manage_webhook: args
+            .manage_webhook
+            .clone()
+            .map(|name| server::ManagedWebhook {
+                name,
+                lease_namespace: args.lease_namespace.clone(),
+            }),
     };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -31,7 +31,7 @@ pub mod tls;
 pub mod validate;
 
 pub use crate::engine::Engine;
-pub use server::{start, ServeConfig, Server, TlsSource};
+pub use server::{start, ManagedWebhook, ServeConfig, Server, TlsSource};
 
 use std::time::Duration;
 

@@ -35,6 +35,8 @@ use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionObserver, Outcome, Prematch};
 use crate::engine::{Engine, EngineSources};
 use crate::matching::complete_request;
+use crate::registration::lease::LeaseLock;
+use crate::registration::RuleKeeper;
 use crate::request::AdmissionRequest;
 use crate::source::api::ApiConfig;
 use crate::source::SourceKind;
@@ -140,6 +142,18 @@ pub struct ServeConfig {
     /// it the connection is closed gracefully (HTTP/2: GOAWAY). Zero: no
     /// limit.
     pub idle_timeout: Duration,
+    /// Keep the rules of this MutatingWebhookConfiguration equal to what
+    /// the loaded policies match ([`crate::registration`]).
+    pub manage_webhook: Option<ManagedWebhook>,
+}
+
+/// The webhook configuration `kmutate serve` keeps, and its Lease.
+#[derive(Clone, Debug)]
+pub struct ManagedWebhook {
+    /// The MutatingWebhookConfiguration's name.
+    pub name: String,
+    /// The Lease's namespace (none: the client's default namespace).
+    pub lease_namespace: Option<String>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -157,6 +171,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("peer_address", &self.peer_address)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("manage_webhook", &self.manage_webhook)
             .finish()
     }
 }
@@ -189,6 +204,7 @@ impl ServeConfig {
             peer_address: None,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            manage_webhook: None,
         }
     }
 }
@@ -227,6 +243,8 @@ pub struct Server {
     metrics_serving: Option<JoinHandle<()>>,
     /// The sources' tasks, stopped when the server is dropped.
     sources: crate::source::Running,
+    /// Keeps the webhook configuration's rules (`--manage-webhook`).
+    registration: Option<Arc<RuleKeeper>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -292,6 +310,10 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         received: AtomicU64::new(0),
     });
 
+    let registration = match &config.manage_webhook {
+        Some(managed) => Some(start_registration(managed, &config.api).await?),
+        None => None,
+    };
     let sources = crate::source::start(
         &config.sources,
         config.source,
@@ -299,6 +321,9 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         Arc::from(config.authorizer),
         shared.engine.clone(),
         Some(metrics.clone()),
+        registration
+            .clone()
+            .map(|r| r as Arc<dyn crate::source::PublishGate>),
     )
     .await?;
 
@@ -344,7 +369,40 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         serving: Some(serving),
         metrics_serving,
         sources,
+        registration,
     })
+}
+
+/// Starts keeping the rules of `managed`, with its own client.
+async fn start_registration(managed: &ManagedWebhook, api: &ApiConfig) -> Result<Arc<RuleKeeper>> {
+    let client = crate::source::api::client(api.kube.clone())
+        .await
+        .with_context(|| format!("--manage-webhook {}", managed.name))?;
+    let namespace = managed
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let lease = LeaseLock::new(
+        client.clone(),
+        &namespace,
+        &format!("{}-webhook-rules", managed.name),
+        &lease_identity(),
+    );
+    Ok(RuleKeeper::start(client, &managed.name, lease))
+}
+
+/// This replica's name in the Lease: the host (a Pod's name) and a
+/// per-process suffix, so that two processes on one host differ.
+fn lease_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "kmutate".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{host}_{}_{nanos:08x}", std::process::id())
 }
 
 /// Triggers a server's shutdown from anywhere.
@@ -427,6 +485,11 @@ impl Server {
         }
         if let Some(m) = self.metrics_serving.take() {
             let _ = m.await;
+        }
+        // The rules stay as they are (the other replicas serve them); only
+        // the Lease is given up, for another replica to write at once.
+        if let Some(registration) = self.registration.take() {
+            registration.stop(Duration::from_secs(2)).await;
         }
     }
 }

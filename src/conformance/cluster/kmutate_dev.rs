@@ -76,9 +76,12 @@ pub fn label_own(object: &mut Json) {
 /// Starts kmutate's webhook reading kmutate.dev policies from the cluster
 /// of `kube`, its certificate in `tls_dir`; waits (at most 60 s) until it
 /// has read them.
+/// With `managed`, the server keeps that webhook configuration's rules
+/// (`--manage-webhook`, its Lease [`lease_name`] in `default`).
 pub async fn start_webhook(
     kube: kube::Config,
     tls_dir: &std::path::Path,
+    managed: Option<&str>,
 ) -> Result<Server, String> {
     let config = ServeConfig {
         source: crate::source::SourceKind::Api,
@@ -94,6 +97,10 @@ pub async fn start_webhook(
             dir: tls_dir.to_path_buf(),
             names: Vec::new(),
         },
+        manage_webhook: managed.map(|name| crate::webhook::ManagedWebhook {
+            name: name.into(),
+            lease_namespace: Some(LEASE_NAMESPACE.into()),
+        }),
         ..ServeConfig::new()
     };
     let server = crate::webhook::start(config)
@@ -105,24 +112,39 @@ pub async fn start_webhook(
     Ok(server)
 }
 
+/// Where the Lease of a managed webhook configuration is.
+pub const LEASE_NAMESPACE: &str = "default";
+
+/// The Lease of the managed webhook configuration `name`.
+pub fn lease_name(name: &str) -> String {
+    format!("{name}-webhook-rules")
+}
+
 /// The MutatingWebhookConfiguration `name` sending every request to
 /// `server`: every resource and subresource, every operation, cluster-scoped
 /// ones too, but the run's own policy objects ([`OWN_OBJECT_LABEL`]); failurePolicy Fail (an unanswered request is a failure, not a
 /// pass), reinvocation IfNeeded as the policies' own, sideEffects None (the
-/// runner's requests are dry runs).
-pub fn webhook_configuration(name: &str, server: &Server) -> Result<Json, String> {
+/// runner's requests are dry runs). `managed`: those rules are also the
+/// ceiling of the rules kmutate keeps.
+pub fn webhook_configuration(name: &str, server: &Server, managed: bool) -> Result<Json, String> {
     let ca_path = server
         .ca_bundle()
         .ok_or("kmutate's webhook has no self-signed CA")?;
     let ca = std::fs::read(ca_path).map_err(|e| format!("{}: {e}", ca_path.display()))?;
     use base64::Engine as _;
+    let rules = json!([{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"],
+        "resources": ["*/*"], "scope": "*"}]);
+    let mut metadata = json!({"name": name});
+    if managed {
+        metadata["annotations"] = json!({
+            crate::registration::configuration::CEILING_ANNOTATION: rules.to_string()});
+    }
     Ok(json!({"apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
+        "kind": "MutatingWebhookConfiguration", "metadata": metadata,
         "webhooks": [{"name": "mutate.kmutate.dev",
             "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", server.addr().port()),
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
-            "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"],
-                "resources": ["*/*"], "scope": "*"}],
+            "rules": rules,
             "objectSelector": {"matchExpressions": [
                 {"key": OWN_OBJECT_LABEL, "operator": "DoesNotExist"}]},
             "matchPolicy": "Equivalent", "failurePolicy": "Fail",

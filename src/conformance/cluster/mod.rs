@@ -111,6 +111,9 @@ pub struct ClusterOptions {
     /// `xfail` and counted as skipped; one that passes is reported
     /// (`xpass`) but fails nothing.
     pub expected_failures: BTreeMap<String, String>,
+    /// kmutate.dev: kmutate keeps its webhook's rules to what the cases'
+    /// policies match (`serve --manage-webhook`) instead of every request.
+    pub manage_webhook: bool,
 }
 
 /// Errors that stop a run (a case's own problems are its failure).
@@ -1120,6 +1123,18 @@ async fn run_cluster_async(
     }
     if let Some(server) = webhook {
         server.shutdown().await;
+        if options.manage_webhook {
+            let lease = Collection {
+                group: "coordination.k8s.io".into(),
+                version: "v1".into(),
+                resource: "leases".into(),
+                namespace: Some(kmutate_dev::LEASE_NAMESPACE.into()),
+            };
+            let name = kmutate_dev::lease_name(&webhook_name(&run.tag));
+            if let Err(e) = run.api.delete(&lease, &name).await {
+                reporter.line(&format!("warning: cleanup: {e}"));
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&tls_dir);
     outcome?;
@@ -1147,16 +1162,22 @@ async fn install_kmutate_dev(
     let crds = kmutate_dev::crds().map_err(ClusterError::Cluster)?;
     // They stay: a run after this one may find them still being deleted.
     install_crds(run, &crds, true).await?;
-    let server = kmutate_dev::start_webhook(kube_config(options).await?, tls_dir)
+    let name = webhook_name(&run.tag);
+    let managed = options.manage_webhook.then_some(name.as_str());
+    let server = kmutate_dev::start_webhook(kube_config(options).await?, tls_dir, managed)
         .await
         .map_err(ClusterError::Cluster)?;
-    let name = format!("kmc-{}-kmutate", run.tag);
-    let registration =
-        kmutate_dev::webhook_configuration(&name, &server).map_err(ClusterError::Cluster)?;
+    let registration = kmutate_dev::webhook_configuration(&name, &server, managed.is_some())
+        .map_err(ClusterError::Cluster)?;
     run.create_recorded(&kmutate_dev::webhook_collection(), &name, &registration)
         .await
         .map_err(|e| ClusterError::Cluster(format!("registering kmutate's webhook: {e}")))?;
     Ok(server)
+}
+
+/// The name of the run's MutatingWebhookConfiguration.
+fn webhook_name(tag: &str) -> String {
+    format!("kmc-{tag}-kmutate")
 }
 
 /// Reports the result of case `name` as `--expected-failures` says: a
