@@ -9,7 +9,9 @@ mod support;
 
 use kmutate::engine::EngineSources;
 use kmutate::matching::webhook_rules::webhook_rules;
+use kmutate::registration::lease::LeaseLock;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use support::kas::{self, Kas};
@@ -203,6 +205,9 @@ fn managed_rules_follow_the_policies_kmutate_serves() {
         assert!(held["spec"]["holderIdentity"]
             .as_str()
             .is_some_and(|h| !h.is_empty()));
+        // Another replica does not take it while it is renewed.
+        let mut other = LeaseLock::new(client.clone(), "default", "kmutate-webhook-rules", "other");
+        assert!(!other.hold().await.unwrap());
 
         mutated_pod(&client).await;
 
@@ -274,7 +279,8 @@ fn managed_rules_follow_the_policies_kmutate_serves() {
             "a ConfigMap reached kmutate after its policy went"
         );
 
-        // The Lease is given up at shutdown, for another replica to take.
+        // The Lease is given up at shutdown: another replica takes it at once.
+        assert!(!other.hold().await.unwrap());
         server.shutdown().await;
         let released =
             serde_json::to_value(lease.get("kmutate-webhook-rules").await.unwrap()).unwrap();
@@ -285,5 +291,140 @@ fn managed_rules_follow_the_policies_kmutate_serves() {
                 .is_empty(),
             "{released}"
         );
+        assert!(other.hold().await.unwrap());
+        let taken =
+            serde_json::to_value(lease.get("kmutate-webhook-rules").await.unwrap()).unwrap();
+        assert_eq!(taken["spec"]["holderIdentity"], "other");
+        assert_eq!(taken["spec"]["leaseTransitions"], 1);
+    });
+}
+
+/// Benchmark (by hand; issue 49's figures): writes no policy matches, side
+/// by side in one kube-apiserver, in three namespaces written in turn:
+/// `none` is matched by no webhook configuration (the baseline), `managed`
+/// by the configuration kmutate keeps (`--manage-webhook`, the library
+/// loaded), `all` by one with deploy/'s unmanaged rules (every CREATE and
+/// UPDATE) calling the same kmutate. Per namespace and round: a dry-run
+/// ConfigMap create, Event create and Lease update; prints the median and
+/// 90th percentile of each and how many calls kmutate received.
+///
+/// `KMUTATE_REQUIRE_UPSTREAM=1 cargo test --release --test webhook_rules -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark: run by hand"]
+fn writes_no_policy_matches_cost_what_they_cost_without_a_webhook() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{ConfigMap, Event};
+    use kube::api::{Api, PostParams};
+    let rounds: usize = std::env::var("KMUTATE_RULES_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300);
+    let Some(kas) = Kas::start("webhook-rules-bench") else {
+        return;
+    };
+    let dir = scratch("webhook_rules", "bench");
+    let sources = EngineSources {
+        policies: vec![repo("policies")],
+        bindings: vec![repo("bindings")],
+        resources: vec![repo("examples/namespace.yaml")],
+    };
+    let modes = ["none", "managed", "all"];
+    run(Duration::from_secs(1800), async {
+        let client = kas.client().await;
+        for mode in modes {
+            kas::create(
+                &client,
+                &json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": format!("bench-{mode}")}}),
+            )
+            .await
+            .unwrap();
+            kas::create(
+                &client,
+                &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "node-1", "namespace": format!("bench-{mode}")},
+                "spec": {"holderIdentity": "node-1", "leaseDurationSeconds": 40}}),
+            )
+            .await
+            .unwrap();
+        }
+        let mut serve = config(&dir, sources);
+        serve.api.kube = Some(kas.config().await);
+        serve.manage_webhook = Some(kmutate::webhook::ManagedWebhook {
+            name: "kmutate".into(),
+            lease_namespace: Some("default".into()),
+        });
+        let server = started(serve).await;
+        let only = |mode: &str| json!({"matchLabels": {"kubernetes.io/metadata.name": format!("bench-{mode}")}});
+        let mut managed = deploy_webhook_calling(&server);
+        managed["webhooks"][0]["namespaceSelector"] = only("managed");
+        kas::create(&client, &managed).await.unwrap();
+        let mut all = deploy_webhook_calling(&server);
+        all["metadata"] = json!({"name": "kmutate-all"});
+        all["webhooks"][0]["namespaceSelector"] = only("all");
+        kas::create(&client, &all).await.unwrap();
+        let loaded = kmutate::api::load::load_paths(&[repo("policies"), repo("bindings")]);
+        let library =
+            serde_json::to_value(webhook_rules(&loaded.policies, &loaded.bindings)).unwrap();
+        eventually(Duration::from_secs(20), || async {
+            (rules_of(&client, "kmutate").await == library).then_some(())
+        })
+        .await
+        .expect("the managed rules never narrowed");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let mut took: BTreeMap<(&str, &str), Vec<Duration>> = BTreeMap::new();
+        let mut calls: BTreeMap<&str, u64> = BTreeMap::new();
+        for round in 0..rounds + 30 {
+            for mode in modes {
+                let ns = format!("bench-{mode}");
+                let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+                let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+                let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+                let configmap: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("c-{round}")}, "data": {"k": "v"}}))
+                .unwrap();
+                let event: Event = serde_json::from_value(json!({
+                    "metadata": {"name": format!("e-{round}")},
+                    "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
+                    "reason": "Bench", "message": "m"}))
+                .unwrap();
+                let mut lease = leases.get("node-1").await.unwrap();
+                lease.spec.as_mut().unwrap().lease_duration_seconds = Some(40 + (round % 7) as i32);
+                let before = server.requests_received();
+                let mut timed = |kind, at: std::time::Instant| {
+                    if round >= 30 {
+                        took.entry((mode, kind)).or_default().push(at.elapsed());
+                    }
+                };
+                let at = std::time::Instant::now();
+                configmaps.create(&dry_run, &configmap).await.unwrap();
+                timed("ConfigMap create", at);
+                let at = std::time::Instant::now();
+                events.create(&dry_run, &event).await.unwrap();
+                timed("Event create", at);
+                let at = std::time::Instant::now();
+                leases.replace("node-1", &dry_run, &lease).await.unwrap();
+                timed("Lease update", at);
+                if round >= 30 {
+                    *calls.entry(mode).or_default() += server.requests_received() - before;
+                }
+            }
+        }
+        println!("{rounds} rounds; per write, median / 90th percentile in ms:");
+        for ((mode, kind), mut times) in took {
+            times.sort();
+            let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
+            println!("{mode:>8} {kind:<17} {:6.3} / {:6.3}", at(0.5), at(0.9));
+        }
+        println!("calls kmutate received: {calls:?}");
+        assert_eq!(calls["none"], 0);
+        assert_eq!(calls["managed"], 0);
+        assert_eq!(calls["all"], 3 * rounds as u64);
+        server.shutdown().await;
     });
 }

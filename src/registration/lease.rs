@@ -146,7 +146,11 @@ impl LeaseLock {
                 name: Some(self.name.clone()),
                 ..ObjectMeta::default()
             },
-            spec: Some(self.record(&LeaseSpec::default(), false)),
+            // A new Lease starts with no transition, as client-go's does.
+            spec: Some(LeaseSpec {
+                lease_transitions: Some(0),
+                ..self.record(&LeaseSpec::default(), false)
+            }),
         };
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(_) => {
