@@ -20,6 +20,7 @@
 pub mod allocator;
 pub mod api;
 pub mod apply;
+pub mod attribution;
 pub mod authorizer;
 pub mod cel;
 pub mod conformance;

@@ -276,11 +276,28 @@ pub fn binding_from_json(
         .map(|mr| match_resources(mr, "spec.matchResources"))
         .transpose()
         .map_err(|(f, m)| invalid(&f, m))?;
+    let monitor = match typed
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::MODE_ANNOTATION))
+        .map(String::as_str)
+    {
+        None | Some("enforce") => false,
+        Some("monitor") => true,
+        Some(other) => {
+            return Err(invalid(
+                &format!("metadata.annotations[{}]", super::MODE_ANNOTATION),
+                format!("Unsupported value: {other:?}: supported values: \"enforce\", \"monitor\""),
+            ))
+        }
+    };
     Ok(Binding {
         name,
         policy_name,
         param_ref,
         match_resources,
+        monitor,
         source,
     })
 }
@@ -416,4 +433,34 @@ pub fn label_selector_from_json(
     let typed: metav1::LabelSelector =
         serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"))?;
     label_selector(typed, path).map_err(|(f, m)| format!("{f}: {m}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn binding_annotated(mode: Option<&str>) -> Result<Binding, ConvertError> {
+        let mut doc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "b"},
+            "spec": {"policyName": "p"}});
+        if let Some(mode) = mode {
+            doc["metadata"]["annotations"] = json!({"kmutate.dev/mode": mode});
+        }
+        binding_from_json(&doc, SourceRef::default())
+    }
+
+    #[test]
+    fn a_binding_is_monitored_only_when_annotated_so_and_a_typo_is_named() {
+        assert!(!binding_annotated(None).unwrap().monitor);
+        assert!(!binding_annotated(Some("enforce")).unwrap().monitor);
+        assert!(binding_annotated(Some("monitor")).unwrap().monitor);
+        let err = binding_annotated(Some("monitr")).unwrap_err().to_string();
+        assert!(
+            err.contains("metadata.annotations[kmutate.dev/mode]")
+                && err.contains(r#"Unsupported value: "monitr": supported values: "enforce", "monitor""#),
+            "{err}"
+        );
+        assert!(err.contains("\"b\""), "{err}");
+    }
 }

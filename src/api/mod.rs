@@ -65,9 +65,16 @@ pub struct Binding {
     pub param_ref: Option<ParamRef>,
     /// `spec.matchResources`; `None` matches everything the policy matches.
     pub match_resources: Option<MatchResources>,
+    /// Annotated [`MODE_ANNOTATION`]`: monitor`: evaluated, its changes and
+    /// errors reported, never applied nor enforced.
+    pub monitor: bool,
     /// Where the binding was read from.
     pub source: SourceRef,
 }
+
+/// The annotation of a binding whose mutations are reported, not applied
+/// (`monitor`; `enforce`, the default, applies them).
+pub const MODE_ANNOTATION: &str = "kmutate.dev/mode";
 
 /// `paramKind`: the kind of the param objects.
 #[derive(Clone, Debug, PartialEq, Eq)]

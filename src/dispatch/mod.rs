@@ -378,6 +378,26 @@ pub trait AdmissionObserver {
         false
     }
 
+    /// Whether every binding is monitored (`serve --mode monitor`), not
+    /// only those annotated so ([`crate::api::MODE_ANNOTATION`]).
+    fn monitor_all(&self) -> bool {
+        false
+    }
+
+    /// Whether [`AdmissionObserver::binding_changed`] is wanted for the
+    /// bindings that apply their changes: it costs a copy of the object per
+    /// invocation (a monitored binding's are always reported).
+    fn wants_changes(&self) -> bool {
+        false
+    }
+
+    /// An invocation of a binding changed the object (a monitored one:
+    /// would have changed it).
+    fn binding_changed(&self, _change: &BindingChange<'_>) {}
+
+    /// A monitored binding failed: reported here, never enforced.
+    fn monitored_error(&self, _policy: &str, _binding: &str, _message: &str) {}
+
     /// A matched binding's invocation ran no mutation (for `kmutate apply -o explain`).
     fn invocation_skipped(
         &self,
@@ -387,6 +407,21 @@ pub trait AdmissionObserver {
         _reason: SkipReason<'_>,
     ) {
     }
+}
+
+/// What one invocation of a binding changed ([`AdmissionObserver::binding_changed`]).
+pub struct BindingChange<'a> {
+    /// The policy name.
+    pub policy: &'a str,
+    /// The binding name.
+    pub binding: &'a str,
+    /// Whether the binding is monitored: the change was not applied.
+    pub monitored: bool,
+    /// The RFC 6902 patch from the object before the invocation to after
+    /// it, in the matched version.
+    pub patch: &'a json_patch::Patch,
+    /// The object after it.
+    pub after: &'a Json,
 }
 
 /// One mutation of an invocation and its effect ([`AdmissionObserver::mutation_step`]).
@@ -657,7 +692,11 @@ impl PolicySet {
             .map(|(binding, pi)| MatchedBinding {
                 policy: &self.policies[pi].policy.name,
                 binding: &binding.name,
-                failure_policy: self.policies[pi].policy.failure_policy,
+                // A monitored binding's failures are never enforced.
+                failure_policy: match binding.monitor {
+                    true => FailurePolicy::Ignore,
+                    false => self.policies[pi].policy.failure_policy,
+                },
             })
             .collect()
     }
@@ -882,9 +921,9 @@ impl PolicySet {
         }
     }
 
-    /// Runs one binding of one policy (the request's `candidate`th):
-    /// matching (the prematch's, where it holds), params, and an invocation
-    /// per param (match conditions, then the mutations in order).
+    /// Runs one binding of one policy (the request's `candidate`th); a
+    /// monitored one on a copy of the object, its errors reported to the
+    /// observer instead of the admission's.
     fn dispatch_binding(
         &self,
         compiled: &CompiledPolicy,
@@ -892,6 +931,37 @@ impl PolicySet {
         binding: &Binding,
         ctx: &AdmissionContext<'_>,
         state: &mut AdmissionState<'_>,
+    ) -> Result<(), StatusError> {
+        if !binding.monitor && !state.observer.monitor_all() {
+            return self.invoke_binding(compiled, candidate, binding, ctx, state, false);
+        }
+        let (errors, config_errors) = (state.errors.len(), state.config_errors.len());
+        let outcome = self.invoke_binding(compiled, candidate, binding, ctx, state, true);
+        let failed = state.config_errors.drain(config_errors..);
+        let failed: Vec<PolicyError> = failed.chain(state.errors.drain(errors..)).collect();
+        let observer = state.observer;
+        for e in failed {
+            observer.monitored_error(&e.policy, &e.binding, &e.message);
+        }
+        if let Err(status) = outcome {
+            observer.monitored_error(&compiled.policy.name, &binding.name, &status.message);
+        }
+        Ok(())
+    }
+
+    /// Runs one binding of one policy (the request's `candidate`th):
+    /// matching (the prematch's, where it holds), params, and an invocation
+    /// per param (match conditions, then the mutations in order). A
+    /// `monitored` one mutates a copy of the object, which it drops, and
+    /// takes no part in reinvocation.
+    fn invoke_binding(
+        &self,
+        compiled: &CompiledPolicy,
+        candidate: usize,
+        binding: &Binding,
+        ctx: &AdmissionContext<'_>,
+        state: &mut AdmissionState<'_>,
+        monitored: bool,
     ) -> Result<(), StatusError> {
         let policy = &compiled.policy;
         let error = |message: String| PolicyError {
@@ -975,10 +1045,19 @@ impl PolicySet {
                 return Ok(());
             }
         }
-        // The object in the matched version (CRD versions differ only by apiVersion).
-        let Some(mut versioned) = state.attrs.object.take() else {
+        // The object in the matched version (CRD versions differ only by
+        // apiVersion); a monitored binding's copy of it.
+        let taken = match monitored {
+            false => state.attrs.object.take(),
+            true => state.attrs.object.clone(),
+        };
+        let Some(mut versioned) = taken else {
             return Ok(());
         };
+        // A monitored binding's facts about its copy, and no snapshot: the
+        // request's object is not written.
+        let mut own_checks = monitored.then(|| state.checks.clone());
+        let mut no_snapshot = Original::Unwanted;
         let matched_gvk = matched.gvk(&state.attrs);
         let schema =
             ctx.schemas
@@ -991,7 +1070,9 @@ impl PolicySet {
         // Kept only when converted, to be put back.
         let mut original_api_version = None;
         if converted {
-            state.original.before_write(&versioned);
+            if !monitored {
+                state.original.before_write(&versioned);
+            }
             original_api_version = versioned.get("apiVersion").cloned();
             let matched_api_version = if matched_gvk.group.is_empty() {
                 matched_gvk.version.clone()
@@ -1094,10 +1175,12 @@ impl PolicySet {
             }
 
             let mut invocation_changed = false;
+            let observer = state.observer;
+            let before_invocation =
+                (monitored || observer.wants_changes()).then(|| Snapshot::of(&versioned));
             // Mutations run in order, each on the previous one's result, with
             // variables evaluated afresh against that result (as upstream's
             // per-mutation `ForInput`).
-            let observer = state.observer;
             for (index, (patch_type, expr)) in compiled.mutations.iter().enumerate() {
                 let started = std::time::Instant::now();
                 let before = observer.wants_steps().then(|| versioned.clone());
@@ -1195,15 +1278,12 @@ impl PolicySet {
                     outcome = Err(status);
                     break;
                 };
-                let applied = result.and_then(|m| {
-                    apply_mutation(
-                        &mut versioned,
-                        m,
-                        schema,
-                        &mut state.checks,
-                        &mut state.original,
-                    )
-                });
+                let (checks, original) = match &mut own_checks {
+                    Some(checks) => (checks, &mut no_snapshot),
+                    None => (&mut state.checks, &mut state.original),
+                };
+                let applied = result
+                    .and_then(|m| apply_mutation(&mut versioned, m, schema, checks, original));
                 if applied.is_ok() {
                     // The kept copies skip the patch checks when merged as
                     // this type again.
@@ -1214,7 +1294,7 @@ impl PolicySet {
                         kept.value.merged_as(schema);
                     }
                 }
-                if let Some((key, kept)) = first {
+                if let Some((key, kept)) = first.filter(|_| !monitored) {
                     state
                         .first_results
                         .entry((key, index))
@@ -1242,12 +1322,30 @@ impl PolicySet {
             if outcome.is_err() {
                 break;
             }
+            if let (true, Some(before)) = (invocation_changed, &before_invocation) {
+                let patch = before.diff(&versioned);
+                if !patch.0.is_empty() {
+                    observer.binding_changed(&BindingChange {
+                        policy: &policy.name,
+                        binding: &binding.name,
+                        monitored,
+                        patch: &patch,
+                        after: &versioned,
+                    });
+                }
+            }
+            if monitored {
+                continue;
+            }
             if invocation_changed {
                 state.changed = true;
             }
             if let Some(key) = key {
                 state.invoked_if_needed.insert(key);
             }
+        }
+        if monitored {
+            return outcome;
         }
         // Back to the request's version.
         if converted {
@@ -2326,6 +2424,116 @@ mod tests {
             admit(&set, &request, &resources),
             apps_not_found("selective", "a")
         );
+    }
+
+    /// Records what [`AdmissionObserver`] is told of changes and monitored
+    /// errors.
+    #[derive(Default)]
+    struct ChangeRecorder {
+        monitor_all: bool,
+        changes: std::sync::Mutex<Vec<(String, bool, Json)>>,
+        errors: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl AdmissionObserver for ChangeRecorder {
+        fn monitor_all(&self) -> bool {
+            self.monitor_all
+        }
+        fn wants_changes(&self) -> bool {
+            true
+        }
+        fn binding_changed(&self, change: &BindingChange<'_>) {
+            let paths: Vec<String> = change.patch.0.iter().map(|op| op.path().to_string()).collect();
+            self.changes
+                .lock()
+                .unwrap()
+                .push((change.policy.to_string(), change.monitored, json!(paths)));
+        }
+        fn monitored_error(&self, policy: &str, _binding: &str, message: &str) {
+            self.errors.lock().unwrap().push(format!("{policy}: {message}"));
+        }
+    }
+
+    /// A ConfigMap policy `name` whose one mutation is the apply
+    /// configuration `expression`.
+    fn named_policy(name: &str, expression: &str) -> Policy {
+        let mut p = configmap_policy(
+            json!([]),
+            json!([{"patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": expression}}]),
+        );
+        p.name = name.into();
+        p.failure_policy = FailurePolicy::Fail;
+        p
+    }
+
+    fn admitted_with(set: &PolicySet, observer: &ChangeRecorder) -> Json {
+        let resources = ResourceTable::builtin();
+        let request = configmap_create(json!({"a": "1"}), &resources);
+        match with_context(&resources, |ctx| set.admit_with(&request, ctx, observer)) {
+            Outcome::Admitted { object, .. } => object,
+            other => panic!("not admitted: {other:?}"),
+        }
+    }
+
+    // A monitored binding runs on a copy: the object, and what later
+    // bindings see of it, stay as the enforced ones left them; its error
+    // under failurePolicy Fail is reported, not enforced; an IfNeeded one
+    // causes no reinvocation.
+    #[test]
+    fn a_monitored_binding_reports_and_changes_nothing() {
+        let mut watched = named_policy("b-watched", "Object{data: {'watched': 'yes'}}");
+        watched.reinvocation_policy = ReinvocationPolicy::IfNeeded;
+        let policies = vec![
+            named_policy("a-applied", "Object{data: {'applied': 'yes'}}"),
+            watched,
+            named_policy("c-broken", "Object{data: {'broken': object.data.missing}}"),
+            // Counts the keys it sees: the monitored ones added none.
+            named_policy("d-counter", "Object{data: {'seen': string(size(object.data))}}"),
+        ];
+        let mut bindings: Vec<Binding> = ["a-applied", "b-watched", "c-broken", "d-counter"]
+            .iter()
+            .map(|p| binding(p, p))
+            .collect();
+        bindings[1].monitor = true;
+        bindings[2].monitor = true;
+        let (set, errors) = PolicySet::new(policies, bindings);
+        assert!(errors.is_empty(), "{errors:?}");
+        let observer = ChangeRecorder::default();
+        let object = admitted_with(&set, &observer);
+        assert_eq!(object["data"], json!({"a": "1", "applied": "yes", "seen": "2"}));
+        assert_eq!(
+            *observer.changes.lock().unwrap(),
+            [
+                ("a-applied".to_string(), false, json!(["/data/applied"])),
+                ("b-watched".to_string(), true, json!(["/data/watched"])),
+                ("d-counter".to_string(), false, json!(["/data/seen"])),
+            ]
+        );
+        assert_eq!(
+            *observer.errors.lock().unwrap(),
+            ["c-broken: expression 'Object{data: {'broken': object.data.missing}}' resulted in error: no such key: missing"]
+        );
+        // Its matching alone: a monitored binding's failure policy is Ignore.
+        let resources = ResourceTable::builtin();
+        let request = configmap_create(json!({}), &resources);
+        let prematch = with_context(&resources, |ctx| set.prematch(&request, ctx));
+        let fail: Vec<&str> = set
+            .matched(&prematch)
+            .iter()
+            .filter(|m| m.failure_policy == FailurePolicy::Fail)
+            .map(|m| m.binding)
+            .collect();
+        assert_eq!(fail, ["a-applied", "d-counter"]);
+
+        // Every binding monitored: the object is the request's.
+        let observer = ChangeRecorder {
+            monitor_all: true,
+            ..ChangeRecorder::default()
+        };
+        assert_eq!(admitted_with(&set, &observer)["data"], json!({"a": "1"}));
+        let monitored: Vec<bool> = observer.changes.lock().unwrap().iter().map(|c| c.1).collect();
+        assert_eq!(monitored, [true, true, true]);
     }
 
     // The first pass takes each binding's matching from the prematch only

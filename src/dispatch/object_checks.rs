@@ -16,7 +16,7 @@ use crate::schema::{unknown_fields, TypeRef};
 use serde_json::Value as Json;
 
 /// Facts about the current object of an admission, for one schema type.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct ObjectChecks {
     /// The type the facts hold for; a different one knows nothing.
     ty: Option<TypeRef>,

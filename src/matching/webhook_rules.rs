@@ -306,6 +306,7 @@ mod tests {
                 resource_rules: rules,
                 ..Default::default()
             }),
+            monitor: false,
             source: SourceRef::default(),
         }
     }

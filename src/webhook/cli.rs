@@ -123,6 +123,17 @@ pub struct ServeArgs {
     /// its own).
     #[arg(long, value_name = "NAMESPACE", requires = "manage_webhook")]
     pub lease_namespace: Option<String>,
+    /// `monitor`: every binding is evaluated and what its mutations would
+    /// change is reported (audit annotations, metrics, --warnings), but
+    /// nothing is applied and no error is enforced: a first rollout.
+    /// `enforce`: only bindings annotated `kmutate.dev/mode: monitor` are.
+    #[arg(long, value_enum, default_value = "enforce")]
+    pub mode: server::AdmissionMode,
+    /// `changes`: answers also carry a warning per binding that changed the
+    /// object (or would have), which kubectl prints: `kmutate: policy P
+    /// (binding B) set spec.containers[0].resources`.
+    #[arg(long, value_enum, default_value = "none")]
+    pub warnings: server::WarningsMode,
     /// Decisions for the CEL `authorizer` checks (the list format of
     /// `kmutate apply --authorizer`); without it or --authorizer-allow-all,
     /// every check is denied, or with --source api|both asked of the API
@@ -285,6 +296,8 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
                 name,
                 lease_namespace: args.lease_namespace.clone(),
             }),
+        mode: args.mode,
+        warnings: args.warnings,
     };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -115,6 +115,12 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BindingLabels {
+    policy: String,
+    binding: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -152,6 +158,13 @@ thread_local! {
 /// Numbers [`Metrics`] instances, so that no two share cached series.
 static NEXT_METRICS_ID: AtomicU64 = AtomicU64::new(0);
 
+fn binding_labels(policy: &str, binding: &str) -> BindingLabels {
+    BindingLabels {
+        policy: policy.into(),
+        binding: binding.into(),
+    }
+}
+
 fn check_histogram() -> Histogram {
     Histogram::new(CHECK_BUCKETS)
 }
@@ -178,6 +191,9 @@ pub struct Metrics {
     hand_overs_unreached: Counter,
     cert_reloads: Family<ReloadLabels, Counter>,
     namespace_lookups: Family<ReloadLabels, Counter>,
+    mutations_applied: Family<BindingLabels, Counter>,
+    monitor_changes: Family<BindingLabels, Counter>,
+    monitor_errors: Family<BindingLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -280,6 +296,24 @@ impl Metrics {
             "Live GETs of a request's Namespace the watch had not delivered yet, by result (found, not_found, error, timeout)",
             namespace_lookups.clone(),
         );
+        let mutations_applied = Family::<BindingLabels, Counter>::default();
+        registry.register(
+            "kmutate_mutations_applied",
+            "Admitted objects a binding's mutations changed, by policy and binding",
+            mutations_applied.clone(),
+        );
+        let monitor_changes = Family::<BindingLabels, Counter>::default();
+        registry.register(
+            "kmutate_monitor_changes",
+            "Admitted objects a monitored binding would have changed (not applied), by policy and binding",
+            monitor_changes.clone(),
+        );
+        let monitor_errors = Family::<BindingLabels, Counter>::default();
+        registry.register(
+            "kmutate_monitor_errors",
+            "Errors of monitored bindings (reported, not enforced), by policy and binding",
+            monitor_errors.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "kmutate_build_info",
@@ -307,7 +341,26 @@ impl Metrics {
             hand_overs_unreached,
             cert_reloads,
             namespace_lookups,
+            mutations_applied,
+            monitor_changes,
+            monitor_errors,
         }
+    }
+
+    /// A binding changed an admitted object (`monitored`: would have).
+    pub fn observe_binding_change(&self, policy: &str, binding: &str, monitored: bool) {
+        let family = match monitored {
+            true => &self.monitor_changes,
+            false => &self.mutations_applied,
+        };
+        family.get_or_create(&binding_labels(policy, binding)).inc();
+    }
+
+    /// A monitored binding failed.
+    pub fn observe_monitor_error(&self, policy: &str, binding: &str) {
+        self.monitor_errors
+            .get_or_create(&binding_labels(policy, binding))
+            .inc();
     }
 
     /// One mutation evaluation (upstream `ObserveAdmission`/`ObserveRejection`).

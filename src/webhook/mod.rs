@@ -31,7 +31,9 @@ pub mod tls;
 pub mod validate;
 
 pub use crate::engine::Engine;
-pub use server::{start, ManagedWebhook, ServeConfig, Server, TlsSource};
+pub use server::{
+    start, AdmissionMode, ManagedWebhook, ServeConfig, Server, TlsSource, WarningsMode,
+};
 
 use std::time::Duration;
 

@@ -376,6 +376,9 @@ pub struct Answer {
     pub warnings: Vec<String>,
     /// For a denial: the HTTP code and message.
     pub status: Option<(u16, String)>,
+    /// `auditAnnotations` (kube-apiserver records them under the webhook's
+    /// name).
+    pub audit_annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Answer {
@@ -404,7 +407,7 @@ impl Answer {
             allowed: true,
             patch: original.and_then(|original| original.diff_json(object)),
             warnings,
-            status: None,
+            ..Answer::default()
         }
     }
 
@@ -435,6 +438,8 @@ struct ResponseOut<'a> {
     status: Option<StatusOut<'a>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    audit_annotations: &'a std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -487,6 +492,7 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
                 code: *code,
             }),
             warnings: &answer.warnings,
+            audit_annotations: &answer.audit_annotations,
         },
     };
     let mut out = serde_json::to_vec(&review).unwrap_or_default();

@@ -31,6 +31,7 @@ use super::tls::{self, CertFiles, ReloadingCert};
 use super::validate::{self as validation_webhook, VALIDATE_PATH};
 use super::{format_duration, MAX_BODY_BYTES};
 use crate::api::FailurePolicy;
+use crate::attribution::Attribution;
 use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionObserver, Outcome, Prematch};
 use crate::engine::{Engine, EngineSources};
@@ -145,6 +146,34 @@ pub struct ServeConfig {
     /// Keep the rules of this MutatingWebhookConfiguration equal to what
     /// the loaded policies match ([`crate::registration`]).
     pub manage_webhook: Option<ManagedWebhook>,
+    /// Whether every binding is monitored (its changes reported, not
+    /// applied), or only those annotated `kmutate.dev/mode: monitor`.
+    pub mode: AdmissionMode,
+    /// Whether answers also carry warnings naming each change.
+    pub warnings: WarningsMode,
+}
+
+/// How the bindings' mutations are treated (`--mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AdmissionMode {
+    /// Applied and enforced, but for bindings annotated
+    /// `kmutate.dev/mode: monitor`.
+    #[default]
+    Enforce,
+    /// Every binding monitored: evaluated and reported, never applied nor
+    /// enforced (a first rollout).
+    Monitor,
+}
+
+/// Which admission warnings answers carry besides the policies' own (`--warnings`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WarningsMode {
+    /// None.
+    #[default]
+    None,
+    /// One per binding that changed the object (or would have, monitored),
+    /// naming the policy, the binding and the fields.
+    Changes,
 }
 
 /// The webhook configuration `kmutate serve` keeps, and its Lease.
@@ -172,6 +201,8 @@ impl std::fmt::Debug for ServeConfig {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("manage_webhook", &self.manage_webhook)
+            .field("mode", &self.mode)
+            .field("warnings", &self.warnings)
             .finish()
     }
 }
@@ -205,6 +236,8 @@ impl ServeConfig {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             manage_webhook: None,
+            mode: AdmissionMode::Enforce,
+            warnings: WarningsMode::None,
         }
     }
 }
@@ -230,6 +263,15 @@ struct Shared {
     memory_ready: watch::Sender<bool>,
     shutting_down: AtomicBool,
     received: AtomicU64,
+    /// How answers report what the bindings did.
+    reporting: Reporting,
+}
+
+/// How answers report what the bindings did (`--mode`, `--warnings`).
+#[derive(Clone, Copy, Debug)]
+struct Reporting {
+    monitor_all: bool,
+    warn_changes: bool,
 }
 
 /// A running server.
@@ -308,6 +350,10 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         memory_ready: watch::Sender::new(false),
         shutting_down: AtomicBool::new(false),
         received: AtomicU64::new(0),
+        reporting: Reporting {
+            monitor_all: config.mode == AdmissionMode::Monitor,
+            warn_changes: config.warnings == WarningsMode::Changes,
+        },
     });
 
     let registration = match &config.manage_webhook {
@@ -1237,8 +1283,10 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
                     // The admission's first pass reuses this matching.
                     let prematch = engine.prematch(&review.request);
                     let matched = engine.matched(&prematch);
+                    // Every binding monitored: none is enforced.
                     let fallback = matched
                         .iter()
+                        .filter(|_| !shared.reporting.monitor_all)
                         .find(|m| m.failure_policy == FailurePolicy::Fail)
                         .map(|m| (m.policy.to_string(), m.binding.to_string()));
                     (review, matched.len(), fallback, Some(prematch))
@@ -1325,8 +1373,11 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         let metrics = metrics.clone();
         let request = review.request;
         let until = started + shared.timeout;
+        let reporting = shared.reporting;
         let evaluation = tokio::task::spawn_blocking(move || {
-            evaluate(&engine, &metrics, request, prematch, until, as_sent)
+            evaluate(
+                &engine, &metrics, request, prematch, until, as_sent, reporting,
+            )
         });
         match tokio::time::timeout_at(deadline, evaluation).await {
             Ok(Ok(evaluated)) => evaluated,
@@ -1345,6 +1396,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             prematch,
             deadline.into_std(),
             as_sent,
+            shared.reporting,
         )
     };
     let (answer, result, leftover) = match evaluated {
@@ -1498,6 +1550,9 @@ struct RequestObserver<'m> {
     deadline: Instant,
     /// The object the first pass made, where the reinvocation pass ran.
     first_pass: RefCell<Option<serde_json::Value>>,
+    /// Who changed what.
+    attribution: RefCell<Attribution>,
+    monitor_all: bool,
 }
 
 impl AdmissionObserver for RequestObserver<'_> {
@@ -1541,6 +1596,46 @@ impl AdmissionObserver for RequestObserver<'_> {
     fn interrupted(&self) -> bool {
         Instant::now() >= self.deadline
     }
+
+    fn monitor_all(&self) -> bool {
+        self.monitor_all
+    }
+
+    fn wants_changes(&self) -> bool {
+        true
+    }
+
+    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+        self.attribution.borrow_mut().record(change);
+    }
+
+    fn monitored_error(&self, policy: &str, binding: &str, message: &str) {
+        self.attribution
+            .borrow_mut()
+            .record_error(policy, binding, message);
+    }
+}
+
+/// Puts what the bindings did into `answer` (audit annotations, and
+/// warnings with `--warnings=changes`) and the metrics. Applied changes
+/// count only when the answer patches the object.
+fn report(attribution: &Attribution, answer: &mut Answer, metrics: &Metrics, reporting: Reporting) {
+    if attribution.is_empty() {
+        return;
+    }
+    let applied = answer.allowed && answer.patch.is_some();
+    for (policy, binding, monitored) in attribution.changes() {
+        if monitored || applied {
+            metrics.observe_binding_change(policy, binding, monitored);
+        }
+    }
+    for (policy, binding) in attribution.errors() {
+        metrics.observe_monitor_error(policy, binding);
+    }
+    answer.audit_annotations = attribution.audit_annotations(applied);
+    if reporting.warn_changes {
+        answer.warnings.extend(attribution.warnings(applied));
+    }
 }
 
 /// What [`evaluate`] ends with.
@@ -1565,12 +1660,15 @@ fn evaluate(
     prematch: Option<Prematch>,
     deadline: Instant,
     as_sent: Option<serde_json::Value>,
+    reporting: Reporting,
 ) -> Evaluated {
     let observer = RequestObserver {
         metrics,
         errors: RefCell::new(Vec::new()),
         deadline,
         first_pass: RefCell::new(None),
+        attribution: RefCell::new(Attribution::default()),
+        monitor_all: reporting.monitor_all,
     };
     let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -1581,6 +1679,7 @@ fn evaluate(
         return Evaluated::TimedOut;
     }
     let errors = observer.errors.into_inner();
+    let attribution = observer.attribution.into_inner();
     let uid = uid.as_str();
     match outcome {
         Err(_) => {
@@ -1596,7 +1695,9 @@ fn evaluate(
                 .map(|e| (e.policy.as_str(), e.binding.as_str()))
                 .unwrap_or(("", ""));
             tracing::info!(uid = %uid, policy = %policy, binding = %binding, code, denial = %message, "request denied");
-            Evaluated::Done(Answer::deny(code, message), RequestResult::Denied, None)
+            let mut answer = Answer::deny(code, message);
+            report(&attribution, &mut answer, metrics, reporting);
+            Evaluated::Done(answer, RequestResult::Denied, None)
         }
         Ok((
             Outcome::Admitted {
@@ -1622,8 +1723,13 @@ fn evaluate(
                 };
                 Answer::admit_from(original.as_ref(), &object, warnings)
             })) {
-                Ok(answer) if answer.patch.is_some() => (answer, RequestResult::Patched),
-                Ok(answer) => (answer, RequestResult::Allowed),
+                Ok(mut answer) => {
+                    report(&attribution, &mut answer, metrics, reporting);
+                    match answer.patch.is_some() {
+                        true => (answer, RequestResult::Patched),
+                        false => (answer, RequestResult::Allowed),
+                    }
+                }
                 Err(_) => {
                     tracing::error!(uid = %uid, "computing the patch panicked");
                     (panic_answer(), RequestResult::Panic)

@@ -80,12 +80,20 @@ pub struct Kas {
     pub url: String,
     /// Its kubeconfig (a `system:masters` token).
     pub kubeconfig: PathBuf,
+    /// `KAS_EXTRA_ARGS` of its starts.
+    extra_args: String,
 }
 
 impl Kas {
     /// Starts a fresh apiserver for the test `name`; `None` when upstream
     /// is absent (the test is then skipped).
     pub fn start(name: &str) -> Option<Kas> {
+        Kas::start_with(name, |_| Vec::new())
+    }
+
+    /// [`Kas::start`] with further kube-apiserver flags, made from the
+    /// apiserver's folder (`KAS_EXTRA_ARGS`: none may hold a space).
+    pub fn start_with(name: &str, flags: impl FnOnce(&Path) -> Vec<String>) -> Option<Kas> {
         let upstream = upstream_or_skip(name)?;
         let bin = unpacked_binaries(&upstream);
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -106,7 +114,9 @@ impl Kas {
             url: String::new(),
             kubeconfig: dir.join("kubeconfig"),
             dir,
+            extra_args: String::new(),
         };
+        kas.extra_args = flags(&kas.dir).join(" ");
         kas.url = kas.run_script("start");
         Some(kas)
     }
@@ -116,6 +126,7 @@ impl Kas {
             .arg(&self.script)
             .arg(verb)
             .arg(&self.dir)
+            .env("KAS_EXTRA_ARGS", &self.extra_args)
             .output()
             .expect("kube-apiserver.sh runs");
         let log = std::fs::read_to_string(self.dir.join("kube-apiserver.log")).unwrap_or_default();

@@ -1,0 +1,412 @@
+//! Who changed what in one admission, for the answer's `auditAnnotations`
+//! (kube-apiserver's audit log records them under the webhook's name) and,
+//! with `--warnings=changes`, warnings the client prints.
+//!
+//! Applied changes go under [`CHANGES_KEY`], a monitored binding's would-be
+//! changes and errors under [`MONITOR_KEY`], each a JSON list in the order
+//! the bindings ran, bounded to [`ANNOTATION_LIMIT`] bytes (the entries
+//! beyond it are counted, not listed). The object itself is never
+//! annotated: a mutation that wrote its own attribution would change the
+//! object again on every reinvocation.
+
+use crate::dispatch::BindingChange;
+use json_patch::PatchOperation;
+use serde_json::{json, Value as Json};
+use std::collections::BTreeMap;
+
+/// The audit annotation of the changes applied.
+pub const CHANGES_KEY: &str = "changes";
+/// The audit annotation of what monitored bindings would have done.
+pub const MONITOR_KEY: &str = "monitor";
+/// The most bytes of one annotation's value.
+pub const ANNOTATION_LIMIT: usize = 4096;
+/// The most paths one entry lists.
+const PATHS_PER_ENTRY: usize = 32;
+/// The longest warning (kube-apiserver shortens longer ones).
+const WARNING_LIMIT: usize = 256;
+
+/// One binding's effect in an admission.
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    /// Its mutations changed these fields (a monitored one's would have).
+    Changed {
+        policy: String,
+        binding: String,
+        monitored: bool,
+        set: Vec<String>,
+        removed: Vec<String>,
+    },
+    /// A monitored binding failed.
+    Failed {
+        policy: String,
+        binding: String,
+        message: String,
+    },
+}
+
+/// What the bindings of one admission changed, in order.
+#[derive(Debug, Default)]
+pub struct Attribution {
+    entries: Vec<Entry>,
+}
+
+impl Attribution {
+    /// Records one invocation's change.
+    pub fn record(&mut self, change: &BindingChange<'_>) {
+        let (mut set, mut removed) = (Vec::new(), Vec::new());
+        for op in &change.patch.0 {
+            match op {
+                PatchOperation::Remove(r) => {
+                    removed.push(field_path(r.path.as_str(), change.after))
+                }
+                PatchOperation::Add(a) => set.push(field_path(a.path.as_str(), change.after)),
+                PatchOperation::Replace(r) => set.push(field_path(r.path.as_str(), change.after)),
+                // A diff makes no other operation.
+                _ => {}
+            }
+        }
+        self.entries.push(Entry::Changed {
+            policy: change.policy.into(),
+            binding: change.binding.into(),
+            monitored: change.monitored,
+            set,
+            removed,
+        });
+    }
+
+    /// Records a monitored binding's error.
+    pub fn record_error(&mut self, policy: &str, binding: &str, message: &str) {
+        self.entries.push(Entry::Failed {
+            policy: policy.into(),
+            binding: binding.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The (policy, binding, monitored) of each change, for the metrics.
+    pub fn changes(&self) -> impl Iterator<Item = (&str, &str, bool)> {
+        self.entries.iter().filter_map(|e| match e {
+            Entry::Changed {
+                policy,
+                binding,
+                monitored,
+                ..
+            } => Some((policy.as_str(), binding.as_str(), *monitored)),
+            Entry::Failed { .. } => None,
+        })
+    }
+
+    /// The (policy, binding) of each monitored error, for the metrics.
+    pub fn errors(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().filter_map(|e| match e {
+            Entry::Failed {
+                policy, binding, ..
+            } => Some((policy.as_str(), binding.as_str())),
+            Entry::Changed { .. } => None,
+        })
+    }
+
+    /// The audit annotations: [`CHANGES_KEY`] when `applied` (the answer
+    /// patches the object), [`MONITOR_KEY`] when a monitored binding acted.
+    pub fn audit_annotations(&self, applied: bool) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let applied_entries = self.entries.iter().filter(|e| {
+            applied
+                && matches!(
+                    e,
+                    Entry::Changed {
+                        monitored: false,
+                        ..
+                    }
+                )
+        });
+        if let Some(value) = bounded_list(applied_entries) {
+            out.insert(CHANGES_KEY.to_string(), value);
+        }
+        let monitored = self.entries.iter().filter(|e| {
+            matches!(
+                e,
+                Entry::Changed {
+                    monitored: true,
+                    ..
+                } | Entry::Failed { .. }
+            )
+        });
+        if let Some(value) = bounded_list(monitored) {
+            out.insert(MONITOR_KEY.to_string(), value);
+        }
+        out
+    }
+
+    /// One warning per entry (`applied`: whether the answer patches the
+    /// object, else applied changes are left out), each at most
+    /// [`WARNING_LIMIT`] characters.
+    pub fn warnings(&self, applied: bool) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Changed { monitored: false, .. } if !applied => None,
+                Entry::Changed {
+                    policy,
+                    binding,
+                    monitored,
+                    set,
+                    removed,
+                } => {
+                    let mut text = format!("kmutate: policy {policy} (binding {binding})");
+                    if *monitored {
+                        text.push_str(" would have");
+                    }
+                    let mut parts = Vec::new();
+                    if !set.is_empty() {
+                        parts.push(("set", set));
+                    }
+                    if !removed.is_empty() {
+                        parts.push(("removed", removed));
+                    }
+                    for (i, (verb, paths)) in parts.into_iter().enumerate() {
+                        text.push_str(if i == 0 { " " } else { "; " });
+                        text.push_str(verb);
+                        text.push(' ');
+                        text.push_str(&paths.join(", "));
+                    }
+                    if *monitored {
+                        text.push_str(" (monitor mode: not applied)");
+                    }
+                    Some(shortened(text))
+                }
+                Entry::Failed {
+                    policy,
+                    binding,
+                    message,
+                } => Some(shortened(format!(
+                    "kmutate: policy {policy} (binding {binding}) would have failed (monitor mode: not enforced): {message}"
+                ))),
+            })
+            .collect()
+    }
+}
+
+/// `entries` as a JSON list of at most [`ANNOTATION_LIMIT`] bytes, those
+/// beyond it counted in a last `{"more": N}`; none when there are none.
+fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> {
+    let mut listed: Vec<String> = Vec::new();
+    let mut size = 2;
+    let mut more = 0usize;
+    for entry in entries {
+        let text = entry_json(entry).to_string();
+        // Room is kept for the count.
+        if more == 0 && size + text.len() + 1 + 24 <= ANNOTATION_LIMIT {
+            size += text.len() + 1;
+            listed.push(text);
+        } else {
+            more += 1;
+        }
+    }
+    if listed.is_empty() && more == 0 {
+        return None;
+    }
+    if more > 0 {
+        listed.push(json!({ "more": more }).to_string());
+    }
+    Some(format!("[{}]", listed.join(",")))
+}
+
+fn entry_json(entry: &Entry) -> Json {
+    let capped = |paths: &[String]| -> Json {
+        let mut list: Vec<Json> = paths
+            .iter()
+            .take(PATHS_PER_ENTRY)
+            .map(|p| Json::from(p.as_str()))
+            .collect();
+        if paths.len() > PATHS_PER_ENTRY {
+            list.push(Json::from(format!(
+                "and {} more",
+                paths.len() - PATHS_PER_ENTRY
+            )));
+        }
+        Json::Array(list)
+    };
+    match entry {
+        Entry::Changed {
+            policy,
+            binding,
+            set,
+            removed,
+            ..
+        } => {
+            let mut o = json!({"policy": policy, "binding": binding});
+            if !set.is_empty() {
+                o["set"] = capped(set);
+            }
+            if !removed.is_empty() {
+                o["removed"] = capped(removed);
+            }
+            o
+        }
+        Entry::Failed {
+            policy,
+            binding,
+            message,
+        } => {
+            let message: String = message.chars().take(512).collect();
+            json!({"policy": policy, "binding": binding, "error": message})
+        }
+    }
+}
+
+fn shortened(text: String) -> String {
+    if text.chars().count() <= WARNING_LIMIT {
+        return text;
+    }
+    let mut short: String = text.chars().take(WARNING_LIMIT - 3).collect();
+    short.push_str("...");
+    short
+}
+
+/// The field path of the JSON pointer `pointer` as kubectl and upstream's
+/// messages write it (`spec.containers[0].resources`,
+/// `metadata.labels["app.kubernetes.io/name"]`), with `after` (the object
+/// the pointer's parent is in) telling list indexes from map keys.
+pub fn field_path(pointer: &str, after: &Json) -> String {
+    let mut out = String::new();
+    let mut node = Some(after);
+    for token in pointer.split('/').skip(1) {
+        let key = token.replace("~1", "/").replace("~0", "~");
+        match node {
+            Some(Json::Array(items)) => {
+                out.push_str(&format!("[{key}]"));
+                node = key.parse::<usize>().ok().and_then(|i| items.get(i));
+            }
+            _ => {
+                let plain = !key.is_empty()
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    && !key.starts_with(|c: char| c.is_ascii_digit());
+                if plain {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(&key);
+                } else {
+                    out.push_str(&format!("[{}]", Json::from(key.as_str())));
+                }
+                node = node.and_then(|n| n.get(&key));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change<'a>(
+        policy: &'a str,
+        monitored: bool,
+        patch: &'a json_patch::Patch,
+        after: &'a Json,
+    ) -> BindingChange<'a> {
+        BindingChange {
+            policy,
+            binding: "b",
+            monitored,
+            patch,
+            after,
+        }
+    }
+
+    #[test]
+    fn paths_tell_list_items_from_keys() {
+        let after = json!({"spec": {"containers": [{"name": "a", "resources": {}}]},
+            "metadata": {"labels": {"app.kubernetes.io/name": "x", "team": "t"}}});
+        assert_eq!(
+            field_path("/spec/containers/0/resources", &after),
+            "spec.containers[0].resources"
+        );
+        assert_eq!(
+            field_path("/metadata/labels/app.kubernetes.io~1name", &after),
+            r#"metadata.labels["app.kubernetes.io/name"]"#
+        );
+        assert_eq!(
+            field_path("/metadata/labels/team", &after),
+            "metadata.labels.team"
+        );
+        // A removed item: its list is still there.
+        assert_eq!(
+            field_path("/spec/containers/1", &after),
+            "spec.containers[1]"
+        );
+    }
+
+    #[test]
+    fn applied_and_monitored_changes_have_their_own_keys_and_warnings() {
+        let before = json!({"spec": {"a": 1, "b": 2}});
+        let after = json!({"spec": {"a": 5, "c": 3}});
+        let patch = crate::mutation::diff::diff(&before, &after);
+        let mut seen = Attribution::default();
+        seen.record(&change("p1", false, &patch, &after));
+        seen.record(&change("p2", true, &patch, &after));
+        seen.record_error(
+            "p3",
+            "b",
+            "expression 'x' resulted in error: no such key: y",
+        );
+        let annotations = seen.audit_annotations(true);
+        let changes: Json = serde_json::from_str(&annotations[CHANGES_KEY]).unwrap();
+        assert_eq!(
+            changes,
+            json!([{"policy": "p1", "binding": "b", "set": ["spec.a", "spec.c"], "removed": ["spec.b"]}])
+        );
+        let monitor: Json = serde_json::from_str(&annotations[MONITOR_KEY]).unwrap();
+        assert_eq!(monitor[0]["policy"], "p2");
+        assert_eq!(
+            monitor[1],
+            json!({"policy": "p3", "binding": "b", "error": "expression 'x' resulted in error: no such key: y"})
+        );
+        assert_eq!(
+            seen.warnings(true),
+            [
+                "kmutate: policy p1 (binding b) set spec.a, spec.c; removed spec.b",
+                "kmutate: policy p2 (binding b) would have set spec.a, spec.c; removed spec.b (monitor mode: not applied)",
+                "kmutate: policy p3 (binding b) would have failed (monitor mode: not enforced): expression 'x' resulted in error: no such key: y",
+            ]
+        );
+        // Not applied (the answer is no patch): only the monitor key.
+        assert!(!seen.audit_annotations(false).contains_key(CHANGES_KEY));
+        assert_eq!(seen.warnings(false).len(), 2);
+    }
+
+    #[test]
+    fn annotations_are_bounded_and_count_what_they_leave_out() {
+        let before = json!({});
+        let after: Json = (0..100)
+            .map(|i| (format!("field-{i:03}"), json!(i)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        let patch = crate::mutation::diff::diff(&before, &after);
+        let mut seen = Attribution::default();
+        let names: Vec<String> = (0..40).map(|i| format!("policy-{i}")).collect();
+        for name in &names {
+            seen.record(&change(name, false, &patch, &after));
+        }
+        let value = &seen.audit_annotations(true)[CHANGES_KEY];
+        assert!(value.len() <= ANNOTATION_LIMIT, "{}", value.len());
+        let list: Vec<Json> = serde_json::from_str(value).unwrap();
+        let more = list.last().unwrap()["more"].as_u64().unwrap() as usize;
+        assert_eq!(list.len() - 1 + more, 40);
+        assert_eq!(
+            list[0]["set"].as_array().unwrap().len(),
+            PATHS_PER_ENTRY + 1
+        );
+        assert_eq!(list[0]["set"][PATHS_PER_ENTRY], "and 68 more");
+        assert!(seen.warnings(true)[0].chars().count() <= WARNING_LIMIT);
+    }
+}
