@@ -158,6 +158,8 @@ pub struct ExplainObserver {
     failure_policies: HashMap<String, FailurePolicy>,
     bindings: Vec<BindingName>,
     passes: RefCell<Vec<Pass>>,
+    /// What monitored bindings would have done (not part of the steps).
+    monitored: RefCell<crate::attribution::Attribution>,
 }
 
 impl ExplainObserver {
@@ -187,7 +189,13 @@ impl ExplainObserver {
                 reinvocation: false,
                 invocations: Vec::new(),
             }]),
+            monitored: RefCell::default(),
         }
+    }
+
+    /// What the monitored bindings would have done, one line each.
+    pub fn monitored(&self) -> Vec<String> {
+        self.monitored.borrow().warnings(false)
     }
 
     /// The explanation of the admission that ended with `outcome`;
@@ -297,7 +305,23 @@ impl AdmissionObserver for ExplainObserver {
         true
     }
 
+    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+        if change.monitored {
+            self.monitored.borrow_mut().record(change);
+        }
+    }
+
+    fn monitored_error(&self, policy: &str, binding: &str, message: &str) {
+        self.monitored
+            .borrow_mut()
+            .record_error(policy, binding, message);
+    }
+
     fn mutation_step(&self, step: &MutationStep<'_>) {
+        // A monitored binding's steps changed a copy: reported apart.
+        if step.monitored {
+            return;
+        }
         let (changes, error) = match step.after {
             Ok(after) => (field_changes(step.before, after, step.schema), None),
             Err(e) => (Vec::new(), Some(self.error(step.policy, e))),

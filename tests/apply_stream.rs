@@ -326,3 +326,34 @@ fn check_reads_standard_input() {
         text(&out.stdout)
     );
 }
+
+/// A binding annotated `kmutate.dev/mode: monitor` (issue 44) changes
+/// nothing in the stream, and no gate counts it: what it would have done is
+/// told on stderr, for `-o explain` too.
+#[test]
+fn a_monitored_binding_changes_nothing_and_says_what_it_would_have_done() {
+    let dir = scratch("monitor");
+    let monitored = POLICY.replace(
+        "metadata: {name: team}\nspec: {policyName: team}",
+        "metadata: {name: team, annotations: {kmutate.dev/mode: monitor}}\nspec: {policyName: team}",
+    );
+    assert_ne!(monitored, POLICY);
+    std::fs::write(dir.join("policy.yaml"), monitored).unwrap();
+    let out = apply(&dir, &["-f", "-", "--fail-on", "change"], STREAM);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(documents(&stdout), documents(STREAM));
+    assert!(
+        stderr.contains(
+            "warning: -, document 1: kmutate: policy team (binding team) would have set metadata.labels (monitor mode: not applied)"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("4 objects read, 0 changed"), "{stderr}");
+    let out = apply(&dir, &["-f", "-", "-o", "explain"], STREAM);
+    assert!(
+        text(&out.stderr).contains("policy team (binding team) would have set metadata.labels"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -458,7 +458,9 @@ mod tests {
         let err = binding_annotated(Some("monitr")).unwrap_err().to_string();
         assert!(
             err.contains("metadata.annotations[kmutate.dev/mode]")
-                && err.contains(r#"Unsupported value: "monitr": supported values: "enforce", "monitor""#),
+                && err.contains(
+                    r#"Unsupported value: "monitr": supported values: "enforce", "monitor""#
+                ),
             "{err}"
         );
         assert!(err.contains("\"b\""), "{err}");

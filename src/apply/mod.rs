@@ -318,21 +318,21 @@ fn admit_one(
             kind.group, kind.version, kind.kind, admission.resource.resource
         ));
     }
-    let (outcome, explanation) = if request.explain {
+    // What monitored bindings would have done is told apart, as warnings.
+    let (outcome, explanation, monitored) = if request.explain {
         let observer = ExplainObserver::new(evaluator.policies, evaluator.bindings);
         let outcome = evaluator.set.admit_owned(admission, ctx, &observer);
+        let monitored = observer.monitored();
         let mut problems = evaluator.problems.to_vec();
         problems.extend(warnings.iter().cloned());
         let explanation = observer.finish(problems, &object, &outcome);
-        (outcome, Some(explanation))
+        (outcome, Some(explanation), monitored)
     } else {
-        (
-            evaluator
-                .set
-                .admit_owned(admission, ctx, &crate::dispatch::NoObserver),
-            None,
-        )
+        let observer = MonitoredBindings::default();
+        let outcome = evaluator.set.admit_owned(admission, ctx, &observer);
+        (outcome, None, observer.0.into_inner().warnings(false))
     };
+    warnings.extend(monitored.into_iter().map(|m| format!("{origin}: {m}")));
     let verdict = match outcome {
         Outcome::Denied { message, .. } => Verdict::Denied(message),
         Outcome::Admitted { object: result, .. } => Verdict::Admitted {
@@ -346,6 +346,20 @@ fn admit_one(
         verdict,
         warnings,
         explanation,
+    }
+}
+
+/// Records what monitored bindings would have done.
+#[derive(Default)]
+struct MonitoredBindings(std::cell::RefCell<crate::attribution::Attribution>);
+
+impl crate::dispatch::AdmissionObserver for MonitoredBindings {
+    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+        self.0.borrow_mut().record(change);
+    }
+
+    fn monitored_error(&self, policy: &str, binding: &str, message: &str) {
+        self.0.borrow_mut().record_error(policy, binding, message);
     }
 }
 

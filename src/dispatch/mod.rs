@@ -442,6 +442,8 @@ pub struct MutationStep<'a> {
     pub before: &'a Json,
     /// The object after the mutation, or the mutation's error.
     pub after: Result<&'a Json, &'a str>,
+    /// Whether its binding is monitored: the mutation ran on a copy.
+    pub monitored: bool,
 }
 
 /// Why a matched binding ran no mutation ([`AdmissionObserver::invocation_skipped`]).
@@ -1198,6 +1200,7 @@ impl PolicySet {
                             schema: schema.as_ref(),
                             before,
                             after: error.map_or(Ok(current), Err),
+                            monitored,
                         });
                     }
                 };
@@ -2443,14 +2446,23 @@ mod tests {
             true
         }
         fn binding_changed(&self, change: &BindingChange<'_>) {
-            let paths: Vec<String> = change.patch.0.iter().map(|op| op.path().to_string()).collect();
-            self.changes
-                .lock()
-                .unwrap()
-                .push((change.policy.to_string(), change.monitored, json!(paths)));
+            let paths: Vec<String> = change
+                .patch
+                .0
+                .iter()
+                .map(|op| op.path().to_string())
+                .collect();
+            self.changes.lock().unwrap().push((
+                change.policy.to_string(),
+                change.monitored,
+                json!(paths),
+            ));
         }
         fn monitored_error(&self, policy: &str, _binding: &str, message: &str) {
-            self.errors.lock().unwrap().push(format!("{policy}: {message}"));
+            self.errors
+                .lock()
+                .unwrap()
+                .push(format!("{policy}: {message}"));
         }
     }
 
@@ -2489,7 +2501,10 @@ mod tests {
             watched,
             named_policy("c-broken", "Object{data: {'broken': object.data.missing}}"),
             // Counts the keys it sees: the monitored ones added none.
-            named_policy("d-counter", "Object{data: {'seen': string(size(object.data))}}"),
+            named_policy(
+                "d-counter",
+                "Object{data: {'seen': string(size(object.data))}}",
+            ),
         ];
         let mut bindings: Vec<Binding> = ["a-applied", "b-watched", "c-broken", "d-counter"]
             .iter()
@@ -2501,7 +2516,10 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         let observer = ChangeRecorder::default();
         let object = admitted_with(&set, &observer);
-        assert_eq!(object["data"], json!({"a": "1", "applied": "yes", "seen": "2"}));
+        assert_eq!(
+            object["data"],
+            json!({"a": "1", "applied": "yes", "seen": "2"})
+        );
         assert_eq!(
             *observer.changes.lock().unwrap(),
             [
@@ -2532,7 +2550,13 @@ mod tests {
             ..ChangeRecorder::default()
         };
         assert_eq!(admitted_with(&set, &observer)["data"], json!({"a": "1"}));
-        let monitored: Vec<bool> = observer.changes.lock().unwrap().iter().map(|c| c.1).collect();
+        let monitored: Vec<bool> = observer
+            .changes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.1)
+            .collect();
         assert_eq!(monitored, [true, true, true]);
     }
 
