@@ -958,6 +958,9 @@ fn exported_series() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
     m.set_loaded(1, 1, 0);
     m.observe_cert_reload(true);
     m.observe_cert_reload(false);
+    m.observe_binding_change("p", "b", false);
+    m.observe_binding_change("p", "b", true);
+    m.observe_monitor_error("p", "b");
     let mut out: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for line in m.encode().lines() {
         if line.starts_with('#') || line.is_empty() {
@@ -1192,6 +1195,9 @@ fn dashboard_and_alerts_query_only_what_kmutate_exports() {
         "kmutate_reinvocations_total",
         "kmutate_policies_loaded",
         "kmutate_webhook_requests_in_flight",
+        "kmutate_mutations_applied_total",
+        "kmutate_monitor_changes_total",
+        "kmutate_monitor_errors_total",
     ] {
         assert!(queried(&panels, metric), "the dashboard shows {metric}");
     }
