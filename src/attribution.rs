@@ -44,6 +44,31 @@ enum Entry {
     },
 }
 
+/// What a monitored binding would have done.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Monitored<'a> {
+    /// Changed these fields.
+    WouldChange {
+        /// The policy.
+        policy: &'a str,
+        /// The binding.
+        binding: &'a str,
+        /// The fields set.
+        set: &'a [String],
+        /// The fields removed.
+        removed: &'a [String],
+    },
+    /// Failed with this message.
+    WouldFail {
+        /// The policy.
+        policy: &'a str,
+        /// The binding.
+        binding: &'a str,
+        /// The error.
+        message: &'a str,
+    },
+}
+
 /// What the bindings of one admission changed, in order.
 #[derive(Debug, Default)]
 pub struct Attribution {
@@ -109,6 +134,37 @@ impl Attribution {
             } => Some((policy.as_str(), binding.as_str())),
             Entry::Changed { .. } => None,
         })
+    }
+
+    /// What the monitored bindings would have done, in order.
+    pub fn monitored(&self) -> Vec<Monitored<'_>> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Changed {
+                    policy,
+                    binding,
+                    monitored: true,
+                    set,
+                    removed,
+                } => Some(Monitored::WouldChange {
+                    policy,
+                    binding,
+                    set,
+                    removed,
+                }),
+                Entry::Failed {
+                    policy,
+                    binding,
+                    message,
+                } => Some(Monitored::WouldFail {
+                    policy,
+                    binding,
+                    message,
+                }),
+                Entry::Changed { .. } => None,
+            })
+            .collect()
     }
 
     /// The audit annotations: [`CHANGES_KEY`] when `applied` (the answer

@@ -33,6 +33,7 @@ pub mod mutation;
 pub mod parallel;
 mod quantity;
 pub mod registration;
+pub mod reports;
 pub mod request;
 pub mod schema;
 pub mod source;

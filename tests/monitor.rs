@@ -74,8 +74,9 @@ fn audit_annotations(kas: &Kas, name: &str) -> Option<Value> {
 }
 
 /// Creates Pod `name` (labelled `x: y`) through the API; returns the stored
-/// Pod and the warnings the client got.
-async fn create_pod(client: &kube::Client, name: &str) -> (Value, Vec<String>) {
+/// Pod and the warnings the client got (none when the create failed, as
+/// while the apiserver still calls a stopped webhook).
+async fn create_pod(client: &kube::Client, name: &str) -> Option<(Value, Vec<String>)> {
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS, "labels": {"x": "y"}},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
@@ -96,11 +97,11 @@ async fn create_pod(client: &kube::Client, name: &str) -> (Value, Vec<String>) {
         .unwrap()
         .to_bytes();
     let body: Value = serde_json::from_slice(&body).unwrap();
-    assert!(status.is_success(), "{status}: {body}");
-    (body, warnings)
+    status.is_success().then_some((body, warnings))
 }
 
-/// kmutate serving the three test policies, registered for Pods in [`NS`].
+/// kmutate serving the three test policies, registered for Pods in [`NS`],
+/// writing PolicyReports.
 async fn serve(kas: &Kas, dir: &Path, mode: AdmissionMode) -> kmutate::webhook::Server {
     let sources = EngineSources {
         policies: vec![dir.join("policies")],
@@ -110,6 +111,7 @@ async fn serve(kas: &Kas, dir: &Path, mode: AdmissionMode) -> kmutate::webhook::
     let mut serve = config(dir, sources);
     serve.mode = mode;
     serve.warnings = WarningsMode::Changes;
+    serve.policy_reports = Some(Some("default".into()));
     serve.api.kube = Some(kas.config().await);
     let server = started(serve).await;
     let ca = std::fs::read(server.ca_bundle().unwrap()).unwrap();
@@ -154,12 +156,17 @@ fn monitored_bindings_are_reported_not_applied_and_answers_say_who_changed_what(
     run(Duration::from_secs(300), async {
         let client = kas.client().await;
         kas::namespace_with_service_account(&client, NS).await;
+        for crd in support::documents(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/policyreports.yaml"),
+        ) {
+            kas::apply(&client, &crd).await;
+        }
         let server = serve(&kas, &dir, AdmissionMode::Enforce).await;
 
         // In force once a Pod comes back labelled by `applied`.
         let (pod, warnings) = eventually(Duration::from_secs(30), || async {
             let name = format!("p-{}", rand_suffix());
-            let (pod, warnings) = create_pod(&client, &name).await;
+            let (pod, warnings) = create_pod(&client, &name).await?;
             (pod["metadata"]["labels"]["a"] == "1").then_some((pod, warnings))
         })
         .await
@@ -209,6 +216,70 @@ fn monitored_bindings_are_reported_not_applied_and_answers_say_who_changed_what(
             monitored[1],
             json!({"policy": "watched", "binding": "watched", "set": ["metadata.labels.b"]})
         );
+        // The PolicyReport of the namespace lists the monitored results.
+        let reports: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+            client.clone(),
+            NS,
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
+                "policyreports",
+            ),
+        );
+        let report = eventually(Duration::from_secs(20), || async {
+            let report =
+                serde_json::to_value(reports.get_opt("kmutate-monitor").await.ok()??).ok()?;
+            report["results"]
+                .as_array()?
+                .iter()
+                .any(|r| r["resources"][0]["name"] == name.as_str())
+                .then_some(report)
+        })
+        .await
+        .expect("no PolicyReport result for the Pod")
+        .0;
+        let of_pod: Vec<&Value> = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"][0]["name"] == name.as_str())
+            .collect();
+        let verdicts: Vec<(&str, &str, &str)> = of_pod
+            .iter()
+            .map(|r| {
+                (
+                    r["policy"].as_str().unwrap(),
+                    r["rule"].as_str().unwrap(),
+                    r["result"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("broken", "broken", "error"),
+                ("watched", "watched", "warn")
+            ]
+        );
+        let watched = of_pod[1];
+        assert_eq!(
+            watched["message"],
+            "would have set metadata.labels.b (monitor mode: not applied)"
+        );
+        assert_eq!(
+            watched["resources"][0],
+            json!({"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": NS})
+        );
+        assert_eq!(
+            report["summary"]["error"].as_u64(),
+            Some(
+                report["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r["result"] == "error")
+                    .count() as u64
+            )
+        );
         let metrics = metrics_text(&server).await;
         for line in [
             r#"kmutate_mutations_applied_total{policy="applied",binding="applied"}"#,
@@ -225,7 +296,7 @@ fn monitored_bindings_are_reported_not_applied_and_answers_say_who_changed_what(
         // Every binding monitored: the Pod is stored as sent.
         let server = serve(&kas, &dir, AdmissionMode::Monitor).await;
         let (pod, warnings) = eventually(Duration::from_secs(30), || async {
-            let (pod, warnings) = create_pod(&client, &format!("m-{}", rand_suffix())).await;
+            let (pod, warnings) = create_pod(&client, &format!("m-{}", rand_suffix())).await?;
             (warnings.len() == 3).then_some((pod, warnings))
         })
         .await

@@ -49,6 +49,10 @@ APPLIED_SEPARATELY = {
     "servicemonitor.yaml",
     "crds/mutatingadmissionpolicies.yaml",
     "crds/mutatingadmissionpolicybindings.yaml",
+    # `kmutate serve --policy-reports` (README, "Monitor mode and who
+    # changed what"): the wg-policy CRDs and what writing reports takes.
+    "crds/policyreports.yaml",
+    "policy-reports.yaml",
 }
 
 # API groups whose kinds come from CRDs, not in the Kubernetes schemas.

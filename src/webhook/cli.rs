@@ -118,11 +118,18 @@ pub struct ServeArgs {
     /// configuration's `kmutate.dev/allowed-rules` annotation.
     #[arg(long, value_name = "NAME")]
     pub manage_webhook: Option<String>,
-    /// Namespace of the Lease that picks the one replica writing the rules
-    /// (`NAME-webhook-rules`); default: the client's namespace (in a Pod,
-    /// its own).
-    #[arg(long, value_name = "NAMESPACE", requires = "manage_webhook")]
+    /// Namespace of the Leases of --manage-webhook (`NAME-webhook-rules`)
+    /// and --policy-reports; default: the client's namespace (in a Pod, its
+    /// own).
+    #[arg(long, value_name = "NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Write wg-policy PolicyReports (`kmutate-monitor` in each namespace, a
+    /// ClusterPolicyReport for cluster-scoped objects) of what monitored
+    /// bindings would have done: one result per object and binding, each
+    /// report written at most every 5 s, the replicas taking turns through
+    /// the Lease `kmutate-policy-reports`. Needs deploy/crds/policyreports.yaml.
+    #[arg(long)]
+    pub policy_reports: bool,
     /// `monitor`: every binding is evaluated and what its mutations would
     /// change is reported (audit annotations, metrics, --warnings), but
     /// nothing is applied and no error is enforced: a first rollout.
@@ -298,6 +305,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             }),
         mode: args.mode,
         warnings: args.warnings,
+        policy_reports: args.policy_reports.then(|| args.lease_namespace.clone()),
     };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()

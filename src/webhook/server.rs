@@ -151,6 +151,10 @@ pub struct ServeConfig {
     pub mode: AdmissionMode,
     /// Whether answers also carry warnings naming each change.
     pub warnings: WarningsMode,
+    /// Write PolicyReports of what monitored bindings would have done
+    /// ([`crate::reports`]), taking turns through a Lease in this namespace
+    /// (none: the client's).
+    pub policy_reports: Option<Option<String>>,
 }
 
 /// How the bindings' mutations are treated (`--mode`).
@@ -203,6 +207,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("manage_webhook", &self.manage_webhook)
             .field("mode", &self.mode)
             .field("warnings", &self.warnings)
+            .field("policy_reports", &self.policy_reports)
             .finish()
     }
 }
@@ -238,6 +243,7 @@ impl ServeConfig {
             manage_webhook: None,
             mode: AdmissionMode::Enforce,
             warnings: WarningsMode::None,
+            policy_reports: None,
         }
     }
 }
@@ -267,11 +273,14 @@ struct Shared {
     reporting: Reporting,
 }
 
-/// How answers report what the bindings did (`--mode`, `--warnings`).
-#[derive(Clone, Copy, Debug)]
+/// How answers report what the bindings did (`--mode`, `--warnings`,
+/// `--policy-reports`).
+#[derive(Clone, Debug)]
 struct Reporting {
     monitor_all: bool,
     warn_changes: bool,
+    /// The request path's end of the PolicyReport writer.
+    reports: Option<crate::reports::ReportSink>,
 }
 
 /// A running server.
@@ -333,6 +342,10 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         .as_ref()
         .map(TcpListener::local_addr)
         .transpose()?;
+    let reports = match &config.policy_reports {
+        Some(namespace) => Some(start_reports(namespace.as_deref(), &config.api).await?),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         engine: Arc::new(ArcSwapOption::empty()),
         metrics: metrics.clone(),
@@ -353,6 +366,7 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
         reporting: Reporting {
             monitor_all: config.mode == AdmissionMode::Monitor,
             warn_changes: config.warnings == WarningsMode::Changes,
+            reports,
         },
     });
 
@@ -435,6 +449,27 @@ async fn start_registration(managed: &ManagedWebhook, api: &ApiConfig) -> Result
         &lease_identity(),
     );
     Ok(RuleKeeper::start(client, &managed.name, lease))
+}
+
+/// Starts the PolicyReport writer, with its own client.
+async fn start_reports(
+    lease_namespace: Option<&str>,
+    api: &ApiConfig,
+) -> Result<crate::reports::ReportSink> {
+    let client = crate::source::api::client(api.kube.clone())
+        .await
+        .context("--policy-reports")?;
+    let namespace = lease_namespace
+        .unwrap_or(client.default_namespace())
+        .to_string();
+    let lease = LeaseLock::new(
+        client.clone(),
+        &namespace,
+        crate::reports::LEASE_NAME,
+        &lease_identity(),
+    );
+    let (sink, _writer) = crate::reports::start(client, lease);
+    Ok(sink)
 }
 
 /// This replica's name in the Lease: the host (a Pod's name) and a
@@ -1373,10 +1408,10 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         let metrics = metrics.clone();
         let request = review.request;
         let until = started + shared.timeout;
-        let reporting = shared.reporting;
+        let reporting = shared.reporting.clone();
         let evaluation = tokio::task::spawn_blocking(move || {
             evaluate(
-                &engine, &metrics, request, prematch, until, as_sent, reporting,
+                &engine, &metrics, request, prematch, until, as_sent, &reporting,
             )
         });
         match tokio::time::timeout_at(deadline, evaluation).await {
@@ -1396,7 +1431,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             prematch,
             deadline.into_std(),
             as_sent,
-            shared.reporting,
+            &shared.reporting,
         )
     };
     let (answer, result, leftover) = match evaluated {
@@ -1619,7 +1654,12 @@ impl AdmissionObserver for RequestObserver<'_> {
 /// Puts what the bindings did into `answer` (audit annotations, and
 /// warnings with `--warnings=changes`) and the metrics. Applied changes
 /// count only when the answer patches the object.
-fn report(attribution: &Attribution, answer: &mut Answer, metrics: &Metrics, reporting: Reporting) {
+fn report(
+    attribution: &Attribution,
+    answer: &mut Answer,
+    metrics: &Metrics,
+    reporting: &Reporting,
+) {
     if attribution.is_empty() {
         return;
     }
@@ -1635,6 +1675,66 @@ fn report(attribution: &Attribution, answer: &mut Answer, metrics: &Metrics, rep
     answer.audit_annotations = attribution.audit_annotations(applied);
     if reporting.warn_changes {
         answer.warnings.extend(attribution.warnings(applied));
+    }
+}
+
+/// The object `request` is about, for a PolicyReport result.
+fn subject_of(request: &AdmissionRequest) -> crate::reports::Subject {
+    let kind = &request.kind;
+    let object = request.object.as_ref().or(request.old_object.as_ref());
+    let meta = |key: &str| {
+        object
+            .and_then(|o| o["metadata"][key].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let name = match (request.name.is_empty(), meta("name")) {
+        (false, _) => request.name.clone(),
+        (true, name) if !name.is_empty() => name,
+        // A create by generateName: the prefix, marked.
+        (true, _) => format!("{}*", meta("generateName")),
+    };
+    crate::reports::Subject {
+        api_version: match kind.group.as_str() {
+            "" => kind.version.clone(),
+            group => format!("{group}/{}", kind.version),
+        },
+        kind: kind.kind.clone(),
+        namespace: request.namespace.clone(),
+        name,
+        uid: meta("uid"),
+    }
+}
+
+/// Hands what the monitored bindings would have done to the report writer.
+fn send_findings(
+    sink: &crate::reports::ReportSink,
+    attribution: &Attribution,
+    subject: crate::reports::Subject,
+) {
+    use crate::attribution::Monitored;
+    let at = std::time::SystemTime::now();
+    for monitored in attribution.monitored() {
+        let (policy, binding, outcome) = match monitored {
+            Monitored::WouldChange {
+                policy,
+                binding,
+                set,
+                removed,
+            } => (policy, binding, Ok((set.to_vec(), removed.to_vec()))),
+            Monitored::WouldFail {
+                policy,
+                binding,
+                message,
+            } => (policy, binding, Err(message.to_string())),
+        };
+        sink.send(crate::reports::Finding {
+            subject: subject.clone(),
+            policy: policy.into(),
+            binding: binding.into(),
+            outcome,
+            at,
+        });
     }
 }
 
@@ -1660,8 +1760,9 @@ fn evaluate(
     prematch: Option<Prematch>,
     deadline: Instant,
     as_sent: Option<serde_json::Value>,
-    reporting: Reporting,
+    reporting: &Reporting,
 ) -> Evaluated {
+    let subject = reporting.reports.as_ref().map(|_| subject_of(&request));
     let observer = RequestObserver {
         metrics,
         errors: RefCell::new(Vec::new()),
@@ -1680,6 +1781,9 @@ fn evaluate(
     }
     let errors = observer.errors.into_inner();
     let attribution = observer.attribution.into_inner();
+    if let (Some(sink), Some(subject)) = (&reporting.reports, subject) {
+        send_findings(sink, &attribution, subject);
+    }
     let uid = uid.as_str();
     match outcome {
         Err(_) => {
