@@ -10,7 +10,6 @@
 //! object again on every reinvocation.
 
 use crate::dispatch::BindingChange;
-use json_patch::PatchOperation;
 use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
 
@@ -78,24 +77,12 @@ pub struct Attribution {
 impl Attribution {
     /// Records one invocation's change.
     pub fn record(&mut self, change: &BindingChange<'_>) {
-        let (mut set, mut removed) = (Vec::new(), Vec::new());
-        for op in &change.patch.0 {
-            match op {
-                PatchOperation::Remove(r) => {
-                    removed.push(field_path(r.path.as_str(), change.after))
-                }
-                PatchOperation::Add(a) => set.push(field_path(a.path.as_str(), change.after)),
-                PatchOperation::Replace(r) => set.push(field_path(r.path.as_str(), change.after)),
-                // A diff makes no other operation.
-                _ => {}
-            }
-        }
         self.entries.push(Entry::Changed {
             policy: change.policy.into(),
             binding: change.binding.into(),
             monitored: change.monitored,
-            set,
-            removed,
+            set: change.set.to_vec(),
+            removed: change.removed.to_vec(),
         });
     }
 
@@ -325,41 +312,6 @@ fn shortened(text: String) -> String {
     short
 }
 
-/// The field path of the JSON pointer `pointer` as kubectl and upstream's
-/// messages write it (`spec.containers[0].resources`,
-/// `metadata.labels["app.kubernetes.io/name"]`), with `after` (the object
-/// the pointer's parent is in) telling list indexes from map keys.
-pub fn field_path(pointer: &str, after: &Json) -> String {
-    let mut out = String::new();
-    let mut node = Some(after);
-    for token in pointer.split('/').skip(1) {
-        let key = token.replace("~1", "/").replace("~0", "~");
-        match node {
-            Some(Json::Array(items)) => {
-                out.push_str(&format!("[{key}]"));
-                node = key.parse::<usize>().ok().and_then(|i| items.get(i));
-            }
-            _ => {
-                let plain = !key.is_empty()
-                    && key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                    && !key.starts_with(|c: char| c.is_ascii_digit());
-                if plain {
-                    if !out.is_empty() {
-                        out.push('.');
-                    }
-                    out.push_str(&key);
-                } else {
-                    out.push_str(&format!("[{}]", Json::from(key.as_str())));
-                }
-                node = node.and_then(|n| n.get(&key));
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,49 +319,25 @@ mod tests {
     fn change<'a>(
         policy: &'a str,
         monitored: bool,
-        patch: &'a json_patch::Patch,
-        after: &'a Json,
+        set: &'a [String],
+        removed: &'a [String],
     ) -> BindingChange<'a> {
         BindingChange {
             policy,
             binding: "b",
             monitored,
-            patch,
-            after,
+            set,
+            removed,
         }
     }
 
     #[test]
-    fn paths_tell_list_items_from_keys() {
-        let after = json!({"spec": {"containers": [{"name": "a", "resources": {}}]},
-            "metadata": {"labels": {"app.kubernetes.io/name": "x", "team": "t"}}});
-        assert_eq!(
-            field_path("/spec/containers/0/resources", &after),
-            "spec.containers[0].resources"
-        );
-        assert_eq!(
-            field_path("/metadata/labels/app.kubernetes.io~1name", &after),
-            r#"metadata.labels["app.kubernetes.io/name"]"#
-        );
-        assert_eq!(
-            field_path("/metadata/labels/team", &after),
-            "metadata.labels.team"
-        );
-        // A removed item: its list is still there.
-        assert_eq!(
-            field_path("/spec/containers/1", &after),
-            "spec.containers[1]"
-        );
-    }
-
-    #[test]
     fn applied_and_monitored_changes_have_their_own_keys_and_warnings() {
-        let before = json!({"spec": {"a": 1, "b": 2}});
-        let after = json!({"spec": {"a": 5, "c": 3}});
-        let patch = crate::mutation::diff::diff(&before, &after);
+        let set = ["spec.a".to_string(), "spec.c".to_string()];
+        let removed = ["spec.b".to_string()];
         let mut seen = Attribution::default();
-        seen.record(&change("p1", false, &patch, &after));
-        seen.record(&change("p2", true, &patch, &after));
+        seen.record(&change("p1", false, &set, &removed));
+        seen.record(&change("p2", true, &set, &removed));
         seen.record_error(
             "p3",
             "b",
@@ -442,16 +370,11 @@ mod tests {
 
     #[test]
     fn annotations_are_bounded_and_count_what_they_leave_out() {
-        let before = json!({});
-        let after: Json = (0..100)
-            .map(|i| (format!("field-{i:03}"), json!(i)))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
-        let patch = crate::mutation::diff::diff(&before, &after);
+        let set: Vec<String> = (0..100).map(|i| format!("field-{i:03}")).collect();
         let mut seen = Attribution::default();
         let names: Vec<String> = (0..40).map(|i| format!("policy-{i}")).collect();
         for name in &names {
-            seen.record(&change(name, false, &patch, &after));
+            seen.record(&change(name, false, &set, &[]));
         }
         let value = &seen.audit_annotations(true)[CHANGES_KEY];
         assert!(value.len() <= ANNOTATION_LIMIT, "{}", value.len());

@@ -345,14 +345,14 @@ fn a_monitored_binding_changes_nothing_and_says_what_it_would_have_done() {
     assert_eq!(documents(&stdout), documents(STREAM));
     assert!(
         stderr.contains(
-            "warning: -, document 1: kmutate: policy team (binding team) would have set metadata.labels (monitor mode: not applied)"
+            "warning: -, document 1: kmutate: policy team (binding team) would have set metadata.labels.team (monitor mode: not applied)"
         ),
         "{stderr}"
     );
     assert!(stderr.contains("4 objects read, 0 changed"), "{stderr}");
     let out = apply(&dir, &["-f", "-", "-o", "explain"], STREAM);
     assert!(
-        text(&out.stderr).contains("policy team (binding team) would have set metadata.labels"),
+        text(&out.stderr).contains("policy team (binding team) would have set metadata.labels.team"),
         "{}",
         text(&out.stderr)
     );

@@ -417,11 +417,11 @@ pub struct BindingChange<'a> {
     pub binding: &'a str,
     /// Whether the binding is monitored: the change was not applied.
     pub monitored: bool,
-    /// The RFC 6902 patch from the object before the invocation to after
-    /// it, in the matched version.
-    pub patch: &'a json_patch::Patch,
-    /// The object after it.
-    pub after: &'a Json,
+    /// The fields its mutations that changed the object set
+    /// ([`footprint`]), in the matched version.
+    pub set: &'a [String],
+    /// The fields they removed.
+    pub removed: &'a [String],
 }
 
 /// One mutation of an invocation and its effect ([`AdmissionObserver::mutation_step`]).
@@ -1178,8 +1178,8 @@ impl PolicySet {
 
             let mut invocation_changed = false;
             let observer = state.observer;
-            let before_invocation =
-                (monitored || observer.wants_changes()).then(|| Snapshot::of(&versioned));
+            let attributed = monitored || observer.wants_changes();
+            let (mut set, mut removed) = (Vec::new(), Vec::new());
             // Mutations run in order, each on the previous one's result, with
             // variables evaluated afresh against that result (as upstream's
             // per-mutation `ForInput`).
@@ -1285,8 +1285,13 @@ impl PolicySet {
                     Some(checks) => (checks, &mut no_snapshot),
                     None => (&mut state.checks, &mut state.original),
                 };
-                let applied = result
-                    .and_then(|m| apply_mutation(&mut versioned, m, schema, checks, original));
+                let mut written = None;
+                let applied = result.and_then(|m| {
+                    if attributed {
+                        written = Some(footprint::of_mutation(&m, &versioned));
+                    }
+                    apply_mutation(&mut versioned, m, schema, checks, original)
+                });
                 if applied.is_ok() {
                     // The kept copies skip the patch checks when merged as
                     // this type again.
@@ -1310,6 +1315,10 @@ impl PolicySet {
                     Ok(changed) => {
                         observe(&versioned, None);
                         invocation_changed |= changed;
+                        if let (true, Some((s, r))) = (changed, written) {
+                            footprint::extend_unique(&mut set, s);
+                            footprint::extend_unique(&mut removed, r);
+                        }
                     }
                     Err(StepError::Policy(e)) => {
                         observe(&versioned, Some(&e));
@@ -1325,17 +1334,14 @@ impl PolicySet {
             if outcome.is_err() {
                 break;
             }
-            if let (true, Some(before)) = (invocation_changed, &before_invocation) {
-                let patch = before.diff(&versioned);
-                if !patch.0.is_empty() {
-                    observer.binding_changed(&BindingChange {
-                        policy: &policy.name,
-                        binding: &binding.name,
-                        monitored,
-                        patch: &patch,
-                        after: &versioned,
-                    });
-                }
+            if invocation_changed && attributed {
+                observer.binding_changed(&BindingChange {
+                    policy: &policy.name,
+                    binding: &binding.name,
+                    monitored,
+                    set: &set,
+                    removed: &removed,
+                });
             }
             if monitored {
                 continue;
@@ -1962,6 +1968,8 @@ fn holds_initializer(v: &dyn Val) -> bool {
     }
 }
 
+mod footprint;
+
 #[cfg(test)]
 mod index_properties;
 
@@ -2446,12 +2454,7 @@ mod tests {
             true
         }
         fn binding_changed(&self, change: &BindingChange<'_>) {
-            let paths: Vec<String> = change
-                .patch
-                .0
-                .iter()
-                .map(|op| op.path().to_string())
-                .collect();
+            let paths = change.set.to_vec();
             self.changes.lock().unwrap().push((
                 change.policy.to_string(),
                 change.monitored,
@@ -2523,9 +2526,9 @@ mod tests {
         assert_eq!(
             *observer.changes.lock().unwrap(),
             [
-                ("a-applied".to_string(), false, json!(["/data/applied"])),
-                ("b-watched".to_string(), true, json!(["/data/watched"])),
-                ("d-counter".to_string(), false, json!(["/data/seen"])),
+                ("a-applied".to_string(), false, json!(["data.applied"])),
+                ("b-watched".to_string(), true, json!(["data.watched"])),
+                ("d-counter".to_string(), false, json!(["data.seen"])),
             ]
         );
         assert_eq!(
