@@ -10,7 +10,7 @@
 //! object again on every reinvocation.
 
 use crate::dispatch::BindingChange;
-use serde_json::{json, Value as Json};
+
 use std::collections::BTreeMap;
 
 /// The audit annotation of the changes applied.
@@ -242,7 +242,7 @@ fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> 
     let mut size = 2;
     let mut more = 0usize;
     for entry in entries {
-        let text = entry_json(entry).to_string();
+        let text = entry_text(entry);
         // Room is kept for the count.
         if more == 0 && size + text.len() + 1 + 24 <= ANNOTATION_LIMIT {
             size += text.len() + 1;
@@ -255,52 +255,62 @@ fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> 
         return None;
     }
     if more > 0 {
-        listed.push(json!({ "more": more }).to_string());
+        listed.push(format!("{{\"more\":{more}}}"));
     }
     Some(format!("[{}]", listed.join(",")))
 }
 
-fn entry_json(entry: &Entry) -> Json {
-    let capped = |paths: &[String]| -> Json {
-        let mut list: Vec<Json> = paths
-            .iter()
-            .take(PATHS_PER_ENTRY)
-            .map(|p| Json::from(p.as_str()))
-            .collect();
-        if paths.len() > PATHS_PER_ENTRY {
-            list.push(Json::from(format!(
-                "and {} more",
-                paths.len() - PATHS_PER_ENTRY
-            )));
-        }
-        Json::Array(list)
+/// `entry` as compact JSON, written directly (this runs for every binding
+/// that changes an object).
+fn entry_text(entry: &Entry) -> String {
+    let mut out = String::with_capacity(128);
+    let quoted = |out: &mut String, text: &str| {
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
     };
-    match entry {
+    let list = |out: &mut String, paths: &[String]| {
+        out.push('[');
+        for (i, p) in paths.iter().take(PATHS_PER_ENTRY).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            quoted(out, p);
+        }
+        if paths.len() > PATHS_PER_ENTRY {
+            out.push_str(&format!(",\"and {} more\"", paths.len() - PATHS_PER_ENTRY));
+        }
+        out.push(']');
+    };
+    let (policy, binding) = match entry {
         Entry::Changed {
-            policy,
-            binding,
-            set,
-            removed,
-            ..
-        } => {
-            let mut o = json!({"policy": policy, "binding": binding});
+            policy, binding, ..
+        }
+        | Entry::Failed {
+            policy, binding, ..
+        } => (policy, binding),
+    };
+    out.push_str("{\"policy\":");
+    quoted(&mut out, policy);
+    out.push_str(",\"binding\":");
+    quoted(&mut out, binding);
+    match entry {
+        Entry::Changed { set, removed, .. } => {
             if !set.is_empty() {
-                o["set"] = capped(set);
+                out.push_str(",\"set\":");
+                list(&mut out, set);
             }
             if !removed.is_empty() {
-                o["removed"] = capped(removed);
+                out.push_str(",\"removed\":");
+                list(&mut out, removed);
             }
-            o
         }
-        Entry::Failed {
-            policy,
-            binding,
-            message,
-        } => {
+        Entry::Failed { message, .. } => {
+            out.push_str(",\"error\":");
             let message: String = message.chars().take(512).collect();
-            json!({"policy": policy, "binding": binding, "error": message})
+            quoted(&mut out, &message);
         }
     }
+    out.push('}');
+    out
 }
 
 fn shortened(text: String) -> String {
@@ -315,6 +325,7 @@ fn shortened(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value as Json};
 
     fn change<'a>(
         policy: &'a str,

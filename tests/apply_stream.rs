@@ -352,7 +352,8 @@ fn a_monitored_binding_changes_nothing_and_says_what_it_would_have_done() {
     assert!(stderr.contains("4 objects read, 0 changed"), "{stderr}");
     let out = apply(&dir, &["-f", "-", "-o", "explain"], STREAM);
     assert!(
-        text(&out.stderr).contains("policy team (binding team) would have set metadata.labels.team"),
+        text(&out.stderr)
+            .contains("policy team (binding team) would have set metadata.labels.team"),
         "{}",
         text(&out.stderr)
     );

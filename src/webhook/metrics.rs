@@ -151,8 +151,16 @@ const CHECK_SERIES_KEPT: usize = 4096;
 type CheckSeriesCache =
     HashMap<(u64, usize, usize, ErrorType), CheckSeries, foldhash::fast::RandomState>;
 
+/// The binding counters a thread has used, by metrics instance, family,
+/// policy and binding (one key text), with the text of the key looked up.
+type BindingSeriesCache = (
+    String,
+    HashMap<String, Counter, foldhash::fast::RandomState>,
+);
+
 thread_local! {
     static CHECK_SERIES: RefCell<CheckSeriesCache> = RefCell::default();
+    static BINDING_SERIES: RefCell<BindingSeriesCache> = RefCell::default();
 }
 
 /// Numbers [`Metrics`] instances, so that no two share cached series.
@@ -349,18 +357,46 @@ impl Metrics {
 
     /// A binding changed an admitted object (`monitored`: would have).
     pub fn observe_binding_change(&self, policy: &str, binding: &str, monitored: bool) {
-        let family = match monitored {
-            true => &self.monitor_changes,
-            false => &self.mutations_applied,
+        let (family, kind) = match monitored {
+            true => (&self.monitor_changes, 'm'),
+            false => (&self.mutations_applied, 'a'),
         };
-        family.get_or_create(&binding_labels(policy, binding)).inc();
+        self.binding_counter(family, kind, policy, binding).inc();
     }
 
     /// A monitored binding failed.
     pub fn observe_monitor_error(&self, policy: &str, binding: &str) {
-        self.monitor_errors
-            .get_or_create(&binding_labels(policy, binding))
+        self.binding_counter(&self.monitor_errors, 'e', policy, binding)
             .inc();
+    }
+
+    /// The counter of `policy` and `binding` in `family` (`kind` tells the
+    /// families apart), found once per thread: each admission counts one per
+    /// binding that changed the object, and finding it in the family takes
+    /// two label strings and a lock.
+    fn binding_counter(
+        &self,
+        family: &Family<BindingLabels, Counter>,
+        kind: char,
+        policy: &str,
+        binding: &str,
+    ) -> Counter {
+        BINDING_SERIES.with_borrow_mut(|(key, cache)| {
+            key.clear();
+            use std::fmt::Write as _;
+            let _ = write!(key, "{}\u{0}{kind}\u{0}{policy}\u{0}{binding}", self.id);
+            if let Some(counter) = cache.get(key.as_str()) {
+                return counter.clone();
+            }
+            if cache.len() >= CHECK_SERIES_KEPT {
+                cache.clear();
+            }
+            let counter = family
+                .get_or_create(&binding_labels(policy, binding))
+                .clone();
+            cache.insert(key.clone(), counter.clone());
+            counter
+        })
     }
 
     /// One mutation evaluation (upstream `ObserveAdmission`/`ObserveRejection`).
