@@ -33,6 +33,10 @@ pub struct Explanation {
     /// error such as 503 for a kind without a schema), which never ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_reached: Vec<BindingName>,
+    /// What bindings in monitor mode would have done (their changes are
+    /// not applied, so they are not among the passes' steps).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitored: Vec<String>,
     /// How the admission ended.
     pub outcome: Verdict,
 }
@@ -215,11 +219,14 @@ impl ExplainObserver {
                 }
             }
         }
+        let attribution = self.monitored.into_inner();
+        let acted = attribution.changes().map(|(p, b, _)| (p, b));
         let seen: BTreeSet<(&str, &str)> = passes
             .first()
             .into_iter()
             .flat_map(|p| &p.invocations)
             .map(|i| (i.policy.as_str(), i.binding.as_str()))
+            .chain(acted.chain(attribution.errors()))
             .collect();
         let ended_at = ended_by.and_then(|(p, b)| {
             self.bindings
@@ -251,6 +258,7 @@ impl ExplainObserver {
             passes,
             not_matched,
             not_reached,
+            monitored: attribution.warnings(false),
             outcome,
         }
     }
@@ -669,6 +677,12 @@ impl Explanation {
                 for b in bindings {
                     let _ = writeln!(out, "  policy {}, binding {}", b.policy, b.binding);
                 }
+            }
+        }
+        if !self.monitored.is_empty() {
+            out.push_str("monitored (changes not applied):\n");
+            for line in &self.monitored {
+                let _ = writeln!(out, "  {line}");
             }
         }
         match &self.outcome {

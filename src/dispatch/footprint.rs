@@ -3,26 +3,59 @@
 //! attributes each change to its binding ([`super::BindingChange`]) without
 //! walking the whole object once per binding.
 //!
-//! An apply configuration writes each leaf of its patch, and a list as a
-//! whole (merged by key or replaced, which only the schema tells); a JSON
-//! patch writes each operation's path. Field paths are written as kubectl
+//! An apply configuration writes each leaf of its patch; an item of a map
+//! list (`listType: map`, such as a Pod's containers) is named by its index
+//! in the merged object, and other lists are written whole. A JSON patch
+//! writes each operation's path. Field paths are written as kubectl
 //! and upstream's messages write them: `spec.containers[0].resources`,
 //! `metadata.labels["app.kubernetes.io/name"]`.
 
 use crate::mutation::json_patch::PatchOperation;
+use crate::schema::{TypeCursor, TypeRef};
 use serde_json::Value as Json;
 
-/// The fields `value` sets and removes, on `object` as it is before it.
-pub(super) fn of_mutation(
-    value: &super::MutationValue,
-    object: &Json,
-) -> (Vec<String>, Vec<String>) {
+/// What a mutation writes, as far as it is known before it is applied.
+pub(super) enum Written {
+    /// The fields set and removed.
+    Known(Vec<String>, Vec<String>),
+    /// An apply configuration with lists: which item of a map list each of
+    /// its items merges into is known only in the merged object.
+    AfterMerge(Json),
+}
+
+impl Written {
+    /// The fields set and removed, given the object the mutation made.
+    pub(super) fn resolve(self, merged: &Json, ty: &TypeRef) -> (Vec<String>, Vec<String>) {
+        match self {
+            Written::Known(set, removed) => (set, removed),
+            Written::AfterMerge(patch) => {
+                let mut set = Vec::new();
+                of_merged_apply_configuration(&patch, merged, ty, &mut set);
+                (set, Vec::new())
+            }
+        }
+    }
+}
+
+/// What `value` writes, on `object` as it is before it.
+pub(super) fn of_mutation(value: &super::MutationValue, object: &Json) -> Written {
     let (mut set, mut removed) = (Vec::new(), Vec::new());
     match value {
+        super::MutationValue::Apply(applied) if has_list(&applied.patch) => {
+            return Written::AfterMerge(applied.patch.clone())
+        }
         super::MutationValue::Apply(applied) => of_apply_configuration(&applied.patch, &mut set),
         super::MutationValue::Patch(ops) => of_json_patch(ops, object, &mut set, &mut removed),
     }
-    (set, removed)
+    Written::Known(set, removed)
+}
+
+fn has_list(value: &Json) -> bool {
+    match value {
+        Json::Array(items) => !items.is_empty(),
+        Json::Object(members) => members.values().any(has_list),
+        _ => false,
+    }
 }
 
 /// Appends the paths of `more` that `paths` lacks.
@@ -61,6 +94,91 @@ fn leaves(value: &Json, path: &mut String, out: &mut Vec<String>) {
             }
         }
         _ => out.push(path.clone()),
+    }
+}
+
+/// The fields `patch` (an apply configuration) set in `merged`, the object
+/// it was merged into, whose type is `ty`: an item of a map list is named by
+/// its index in `merged` (`spec.containers[1].resources`), or as a whole
+/// when only its keys are given; other lists are written whole.
+pub(crate) fn of_merged_apply_configuration(
+    patch: &Json,
+    merged: &Json,
+    ty: &TypeRef,
+    set: &mut Vec<String>,
+) {
+    let Json::Object(members) = patch else {
+        return;
+    };
+    let root = ty.cursor();
+    for (key, value) in members {
+        if key == "apiVersion" || key == "kind" {
+            continue;
+        }
+        let mut path = String::new();
+        push_key(&mut path, key);
+        typed_leaves(value, merged.get(key), root.field(key), &mut path, set);
+    }
+}
+
+fn typed_leaves(
+    value: &Json,
+    merged: Option<&Json>,
+    ty: TypeCursor<'_>,
+    path: &mut String,
+    out: &mut Vec<String>,
+) {
+    match (value, merged) {
+        (Json::Object(members), _) if !members.is_empty() => {
+            for (key, value) in members {
+                let len = path.len();
+                push_key(path, key);
+                let below = merged.and_then(|m| m.get(key));
+                typed_leaves(value, below, ty.field(key), path, out);
+                path.truncate(len);
+            }
+        }
+        (Json::Array(items), Some(Json::Array(merged_items)))
+            if !items.is_empty() && !ty.key_fields().is_empty() =>
+        {
+            map_list_items(items, merged_items, ty, path, out)
+        }
+        _ => out.push(path.clone()),
+    }
+}
+
+/// The fields the items of a map list set, each under its merged index.
+fn map_list_items(
+    items: &[Json],
+    merged: &[Json],
+    ty: TypeCursor<'_>,
+    path: &mut String,
+    out: &mut Vec<String>,
+) {
+    let keys = ty.key_fields();
+    let element = ty.item();
+    for item in items {
+        let (Some(index), Json::Object(members)) = (ty.position_of(merged, item), item) else {
+            // Not found again (a merge would have failed): the whole list.
+            out.push(path.clone());
+            return;
+        };
+        let len = path.len();
+        path.push('[');
+        path.push_str(&index.to_string());
+        path.push(']');
+        let mut fields = members.iter().filter(|(k, _)| !keys.contains(k)).peekable();
+        if fields.peek().is_none() {
+            out.push(path.clone());
+        }
+        for (key, value) in fields {
+            let at = path.len();
+            push_key(path, key);
+            let below = merged[index].get(key);
+            typed_leaves(value, below, element.field(key), path, out);
+            path.truncate(at);
+        }
+        path.truncate(len);
     }
 }
 
@@ -152,6 +270,50 @@ mod tests {
                 "spec.securityContext",
             ]
         );
+    }
+
+    // The merged object as the merge leaves it: the existing container `b`
+    // keeps its place, the new `sidecar` comes after the object's items.
+    #[test]
+    fn a_map_list_item_is_named_by_its_index_in_the_merged_object() {
+        let pod = crate::schema::SchemaStore::builtin()
+            .lookup("", "v1", "Pod")
+            .unwrap();
+        let patch = json!({"spec": {
+            "containers": [
+                {"name": "b", "resources": {"limits": {"cpu": "1"}},
+                    "ports": [{"containerPort": 80}]},
+                {"name": "sidecar"}],
+            "tolerations": [{"key": "k"}]}});
+        let merged = json!({"spec": {
+            "containers": [
+                {"name": "a"},
+                {"name": "b", "resources": {"limits": {"cpu": "1"}},
+                    "ports": [{"containerPort": 53, "protocol": "UDP"},
+                        {"containerPort": 80, "protocol": "TCP"}]},
+                {"name": "sidecar"}],
+            "tolerations": [{"key": "k"}]}});
+        let mut set = Vec::new();
+        of_merged_apply_configuration(&patch, &merged, &pod, &mut set);
+        assert_eq!(
+            set,
+            [
+                // A port's key is its number and protocol (TCP by default):
+                // given whole.
+                "spec.containers[1].ports[1]",
+                "spec.containers[1].resources.limits.cpu",
+                "spec.containers[2]",
+                // An atomic list is written whole.
+                "spec.tolerations",
+            ]
+        );
+        let applied = super::super::MutationValue::Apply(super::super::AppliedConfiguration {
+            patch,
+            passed: Default::default(),
+        });
+        let Written::AfterMerge(_) = of_mutation(&applied, &json!({})) else {
+            panic!("an apply configuration with lists is told after its merge");
+        };
     }
 
     #[test]

@@ -1315,7 +1315,8 @@ impl PolicySet {
                     Ok(changed) => {
                         observe(&versioned, None);
                         invocation_changed |= changed;
-                        if let (true, Some((s, r))) = (changed, written) {
+                        if let (true, Some(written)) = (changed, written) {
+                            let (s, r) = written.resolve(&versioned, schema);
                             footprint::extend_unique(&mut set, s);
                             footprint::extend_unique(&mut removed, r);
                         }

@@ -374,3 +374,30 @@ fn a_status_error_leaves_later_bindings_not_reached() {
         "{text}"
     );
 }
+
+#[test]
+fn a_monitored_binding_is_told_apart_not_as_unmatched() {
+    let resources = r#"  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{spec: Object.spec{containers: [Object.spec.containers{name: "app", resources: Object.spec.containers.resources{limits: {"cpu": "1"}}}]}}'"#;
+    let docs = [
+        policy("a-applied", "", &label("a", "1")),
+        policy("b-watched", "", resources).replace(
+            "kind: MutatingAdmissionPolicyBinding\nmetadata: {name: b-watched}",
+            "kind: MutatingAdmissionPolicyBinding\nmetadata: {name: b-watched, annotations: {kmutate.dev/mode: monitor}}",
+        ),
+    ]
+    .concat();
+    let e = explain(&docs, POD);
+    assert_eq!(e.outcome, Verdict::Admitted { changed: true });
+    assert!(e.not_matched.is_empty(), "{:?}", e.not_matched);
+    assert_eq!(
+        e.monitored,
+        ["kmutate: policy b-watched (binding b-watched) would have set spec.containers[0].resources.limits.cpu (monitor mode: not applied)"]
+    );
+    let text = e.to_text();
+    assert!(
+        text.contains("monitored (changes not applied):\n  kmutate: policy b-watched"),
+        "{text}"
+    );
+}
