@@ -283,7 +283,10 @@ fn merged(theirs: Vec<Json>, pending: &Pending) -> Vec<Json> {
     let mine: BTreeMap<String, Json> = pending
         .results
         .values()
-        .map(|f| (result_key(&result_of(f)), result_of(f)))
+        .map(|f| {
+            let result = result_of(f);
+            (result_key(&result), result)
+        })
         .collect();
     let mut all: Vec<Json> = theirs
         .into_iter()
@@ -293,7 +296,7 @@ fn merged(theirs: Vec<Json>, pending: &Pending) -> Vec<Json> {
     let seconds = |r: &Json| r["timestamp"]["seconds"].as_i64().unwrap_or(0);
     all.sort_by_key(|r| std::cmp::Reverse(seconds(r)));
     all.truncate(MAX_RESULTS);
-    all.sort_by_key(result_key);
+    all.sort_by_cached_key(result_key);
     all
 }
 

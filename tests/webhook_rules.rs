@@ -41,18 +41,24 @@ async fn mutated_pod(client: &kube::Client) -> Value {
     pod
 }
 
+/// The Namespace `NS` as the library's policies read it, written to
+/// `dir/resources` for kmutate to read too.
+fn library_namespace(dir: &std::path::Path) -> Value {
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NS, "labels": {"team": "shop", "example.com/cost-center": "cc-1",
+            "kubernetes.io/metadata.name": NS}}});
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(dir.join("resources/namespace.json"), namespace.to_string()).unwrap();
+    namespace
+}
+
 #[test]
 fn computed_rules_send_what_the_library_matches_and_nothing_else() {
     let Some(kas) = Kas::start("webhook-rules") else {
         return;
     };
     let dir = scratch("webhook_rules", "library");
-    // The Namespace, as the library's policies read it.
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NS, "labels": {"team": "shop", "example.com/cost-center": "cc-1",
-            "kubernetes.io/metadata.name": NS}}});
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
-    std::fs::write(dir.join("resources/namespace.json"), namespace.to_string()).unwrap();
+    let namespace = library_namespace(&dir);
     let sources = EngineSources {
         policies: vec![repo("policies")],
         bindings: vec![repo("bindings")],
@@ -158,12 +164,8 @@ fn managed_rules_follow_the_policies_kmutate_serves() {
         return;
     };
     let dir = scratch("webhook_rules", "managed");
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NS, "labels": {"team": "shop", "example.com/cost-center": "cc-1",
-            "kubernetes.io/metadata.name": NS}}});
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    let namespace = library_namespace(&dir);
     std::fs::create_dir_all(dir.join("extra")).unwrap();
-    std::fs::write(dir.join("resources/namespace.json"), namespace.to_string()).unwrap();
     let sources = EngineSources {
         policies: vec![repo("policies"), dir.join("extra")],
         bindings: vec![repo("bindings")],

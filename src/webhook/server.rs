@@ -435,19 +435,10 @@ pub async fn start(config: ServeConfig) -> Result<Server> {
 
 /// Starts keeping the rules of `managed`, with its own client.
 async fn start_registration(managed: &ManagedWebhook, api: &ApiConfig) -> Result<Arc<RuleKeeper>> {
-    let client = crate::source::api::client(api.kube.clone())
-        .await
-        .with_context(|| format!("--manage-webhook {}", managed.name))?;
-    let namespace = managed
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let lease = LeaseLock::new(
-        client.clone(),
-        &namespace,
-        &format!("{}-webhook-rules", managed.name),
-        &lease_identity(),
-    );
+    let what = format!("--manage-webhook {}", managed.name);
+    let lease_name = format!("{}-webhook-rules", managed.name);
+    let (client, lease) =
+        leased_client(&what, managed.lease_namespace.as_deref(), &lease_name, api).await?;
     Ok(RuleKeeper::start(client, &managed.name, lease))
 }
 
@@ -456,20 +447,30 @@ async fn start_reports(
     lease_namespace: Option<&str>,
     api: &ApiConfig,
 ) -> Result<crate::reports::ReportSink> {
+    let lease_name = crate::reports::LEASE_NAME;
+    let (client, lease) =
+        leased_client("--policy-reports", lease_namespace, lease_name, api).await?;
+    let (sink, _writer) = crate::reports::start(client, lease);
+    Ok(sink)
+}
+
+/// A client of its own for the writer started by the option `what`, and
+/// the Lease `lease_name` its replicas take turns through (in
+/// `lease_namespace`, by default the client's namespace).
+async fn leased_client(
+    what: &str,
+    lease_namespace: Option<&str>,
+    lease_name: &str,
+    api: &ApiConfig,
+) -> Result<(kube::Client, LeaseLock)> {
     let client = crate::source::api::client(api.kube.clone())
         .await
-        .context("--policy-reports")?;
+        .with_context(|| what.to_string())?;
     let namespace = lease_namespace
         .unwrap_or(client.default_namespace())
         .to_string();
-    let lease = LeaseLock::new(
-        client.clone(),
-        &namespace,
-        crate::reports::LEASE_NAME,
-        &lease_identity(),
-    );
-    let (sink, _writer) = crate::reports::start(client, lease);
-    Ok(sink)
+    let lease = LeaseLock::new(client.clone(), &namespace, lease_name, &lease_identity());
+    Ok((client, lease))
 }
 
 /// This replica's name in the Lease: the host (a Pod's name) and a
