@@ -35,6 +35,7 @@ mod quantity;
 pub mod registration;
 pub mod reports;
 pub mod request;
+pub mod scan;
 pub mod schema;
 pub mod source;
 pub mod translate;

@@ -220,45 +220,8 @@ async fn write_report(
     namespace: &str,
     pending: &Pending,
 ) -> Result<(), kube::Error> {
-    let api = report_api(client, namespace);
-    let existing = api.get_opt(REPORT_NAME).await?;
-    let theirs: Vec<Json> = existing
-        .as_ref()
-        .and_then(|o| o.data.get("results"))
-        .and_then(Json::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let results = merged(theirs, pending);
-    let summary = json!({
-        "pass": 0,
-        "fail": 0,
-        "warn": results.iter().filter(|r| r["result"] == "warn").count(),
-        "error": results.iter().filter(|r| r["result"] == "error").count(),
-        "skip": 0,
-    });
-    let mut object = existing.unwrap_or_else(|| {
-        let mut o = DynamicObject::new(REPORT_NAME, &api_resource_of(namespace));
-        if !namespace.is_empty() {
-            o.metadata.namespace = Some(namespace.into());
-        }
-        o.metadata.labels = Some(
-            [(
-                "app.kubernetes.io/managed-by".to_string(),
-                "kmutate".to_string(),
-            )]
-            .into(),
-        );
-        o
-    });
-    object.data["summary"] = summary;
-    object.data["results"] = Json::Array(results);
-    if object.metadata.resource_version.is_some() {
-        api.replace(REPORT_NAME, &PostParams::default(), &object)
-            .await?;
-    } else {
-        api.create(&PostParams::default(), &object).await?;
-    }
-    Ok(())
+    let mine = pending.results.values().map(result_of).collect();
+    put_report(client, namespace, REPORT_NAME, mine, true).await
 }
 
 fn api_resource_of(namespace: &str) -> ApiResource {
@@ -276,18 +239,11 @@ fn api_resource_of(namespace: &str) -> ApiResource {
     }
 }
 
-/// `theirs` (a report's results as stored) with this replica's results in
-/// place of theirs for the same object, policy and binding, newest first
-/// kept when over [`MAX_RESULTS`].
-fn merged(theirs: Vec<Json>, pending: &Pending) -> Vec<Json> {
-    let mine: BTreeMap<String, Json> = pending
-        .results
-        .values()
-        .map(|f| {
-            let result = result_of(f);
-            (result_key(&result), result)
-        })
-        .collect();
+/// `theirs` (a report's results as stored) with `mine` in place of theirs
+/// for the same object, policy and rule, newest first kept when over
+/// [`MAX_RESULTS`].
+fn merge_results(theirs: Vec<Json>, mine: Vec<Json>) -> Vec<Json> {
+    let mine: BTreeMap<String, Json> = mine.into_iter().map(|r| (result_key(&r), r)).collect();
     let mut all: Vec<Json> = theirs
         .into_iter()
         .filter(|r| !mine.contains_key(&result_key(r)))
@@ -317,11 +273,67 @@ fn result_key(result: &Json) -> String {
 /// The wg-policy result of `finding`: `warn` for a change not applied,
 /// `error` for an error not enforced; the binding is the rule.
 pub fn result_of(finding: &Finding) -> Json {
-    let at = finding
+    let (result, message, set, removed) = match &finding.outcome {
+        Ok((set, removed)) => {
+            let mut parts = Vec::new();
+            if !set.is_empty() {
+                parts.push(format!("set {}", set.join(", ")));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("removed {}", removed.join(", ")));
+            }
+            let message = format!(
+                "would have {} (monitor mode: not applied)",
+                parts.join("; ")
+            );
+            ("warn", message, set.as_slice(), removed.as_slice())
+        }
+        Err(message) => (
+            "error",
+            format!("would have failed (monitor mode: not enforced): {message}"),
+            &[][..],
+            &[][..],
+        ),
+    };
+    result_entry(&ResultFields {
+        subject: &finding.subject,
+        policy: &finding.policy,
+        rule: &finding.binding,
+        result,
+        message,
+        set,
+        removed,
+        at: finding.at,
+    })
+}
+
+/// What a wg-policy result says.
+pub struct ResultFields<'a> {
+    /// The object.
+    pub subject: &'a Subject,
+    /// The policy.
+    pub policy: &'a str,
+    /// The rule: the binding.
+    pub rule: &'a str,
+    /// `pass`, `fail`, `warn`, `error` or `skip`.
+    pub result: &'a str,
+    /// The message (shortened to 1,024 characters).
+    pub message: String,
+    /// Paths set (a property).
+    pub set: &'a [String],
+    /// Paths removed (a property).
+    pub removed: &'a [String],
+    /// When it was found.
+    pub at: SystemTime,
+}
+
+/// One wg-policy `PolicyReportResult`.
+pub fn result_entry(fields: &ResultFields<'_>) -> Json {
+    let at = fields
         .at
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    let s = &finding.subject;
+    let s = fields.subject;
     let mut resource = json!({"apiVersion": s.api_version, "kind": s.kind, "name": s.name});
     if !s.namespace.is_empty() {
         resource["namespace"] = json!(s.namespace);
@@ -329,53 +341,92 @@ pub fn result_of(finding: &Finding) -> Json {
     if !s.uid.is_empty() {
         resource["uid"] = json!(s.uid);
     }
-    let (result, message, properties) = match &finding.outcome {
-        Ok((set, removed)) => {
-            let mut parts = Vec::new();
-            let mut properties = BTreeMap::new();
-            if !set.is_empty() {
-                parts.push(format!("set {}", set.join(", ")));
-                properties.insert("set", set.join(", "));
-            }
-            if !removed.is_empty() {
-                parts.push(format!("removed {}", removed.join(", ")));
-                properties.insert("removed", removed.join(", "));
-            }
-            (
-                "warn",
-                format!(
-                    "would have {} (monitor mode: not applied)",
-                    parts.join("; ")
-                ),
-                properties,
-            )
-        }
-        Err(message) => (
-            "error",
-            format!("would have failed (monitor mode: not enforced): {message}"),
-            BTreeMap::new(),
-        ),
-    };
-    let shorten = |text: String| -> String { text.chars().take(1024).collect() };
-    let properties: BTreeMap<&str, String> = properties
-        .into_iter()
-        .map(|(k, v)| (k, shorten(v)))
-        .collect();
+    let shorten = |text: &str| -> String { text.chars().take(1024).collect() };
+    let mut properties = BTreeMap::new();
+    if !fields.set.is_empty() {
+        properties.insert("set", shorten(&fields.set.join(", ")));
+    }
+    if !fields.removed.is_empty() {
+        properties.insert("removed", shorten(&fields.removed.join(", ")));
+    }
     let mut out = json!({
         "source": "kmutate",
-        "policy": finding.policy,
-        "rule": finding.binding,
+        "policy": fields.policy,
+        "rule": fields.rule,
         "category": "mutation",
-        "result": result,
+        "result": fields.result,
         "scored": false,
         "timestamp": {"seconds": at.as_secs(), "nanos": at.subsec_nanos()},
         "resources": [resource],
-        "message": shorten(message),
+        "message": shorten(&fields.message),
     });
     if !properties.is_empty() {
         out["properties"] = json!(properties);
     }
     out
+}
+
+/// The report `name` of `namespace` (a ClusterPolicyReport for ""), with
+/// `results` and their summary; `metadata` of a stored one is kept.
+pub fn report_object(
+    namespace: &str,
+    name: &str,
+    results: Vec<Json>,
+    stored: Option<DynamicObject>,
+) -> DynamicObject {
+    let count = |r: &str| results.iter().filter(|x| x["result"] == r).count();
+    let summary = json!({"pass": count("pass"), "fail": count("fail"),
+        "warn": count("warn"), "error": count("error"), "skip": count("skip")});
+    let mut object = stored.unwrap_or_else(|| {
+        let mut o = DynamicObject::new(name, &api_resource_of(namespace));
+        if !namespace.is_empty() {
+            o.metadata.namespace = Some(namespace.into());
+        }
+        o.metadata.labels = Some(
+            [(
+                "app.kubernetes.io/managed-by".to_string(),
+                "kmutate".to_string(),
+            )]
+            .into(),
+        );
+        o
+    });
+    object.data["summary"] = summary;
+    object.data["results"] = Json::Array(results);
+    object
+}
+
+/// Writes the report `name` of `namespace` with `results`: in place of
+/// the stored results, or, with `merge`, in place of those for the same
+/// object, policy and rule (newest kept over [`MAX_RESULTS`]). Refused
+/// when another writer wrote it meanwhile.
+pub async fn put_report(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    results: Vec<Json>,
+    merge: bool,
+) -> Result<(), kube::Error> {
+    let api = report_api(client, namespace);
+    let existing = api.get_opt(name).await?;
+    let results = match (&existing, merge) {
+        (Some(stored), true) => {
+            let theirs = stored.data["results"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            merge_results(theirs, results)
+        }
+        _ => results,
+    };
+    let exists = existing.is_some();
+    let object = report_object(namespace, name, results, existing);
+    if exists {
+        api.replace(name, &PostParams::default(), &object).await?;
+    } else {
+        api.create(&PostParams::default(), &object).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -422,18 +473,14 @@ mod tests {
 
     #[test]
     fn results_merge_by_object_policy_and_binding_and_stay_bounded() {
-        let mut pending = Pending::default();
-        pending.results.insert(
-            (finding("web", "p", 9).subject, "p".into(), "p".into()),
-            finding("web", "p", 9),
-        );
+        let mine = vec![result_of(&finding("web", "p", 9))];
         // Another replica's result for the same object and policy, older,
         // and one for another object.
         let theirs = vec![
             result_of(&finding("web", "p", 1)),
             result_of(&finding("api", "p", 2)),
         ];
-        let all = merged(theirs, &pending);
+        let all = merge_results(theirs, mine);
         assert_eq!(all.len(), 2);
         let web = all
             .iter()
@@ -444,7 +491,7 @@ mod tests {
         let many: Vec<Json> = (0..MAX_RESULTS as u64 + 10)
             .map(|i| result_of(&finding(&format!("o{i}"), "p", 100 + i)))
             .collect();
-        let kept = merged(many, &Pending::default());
+        let kept = merge_results(many, Vec::new());
         assert_eq!(kept.len(), MAX_RESULTS);
         assert!(kept
             .iter()

@@ -291,7 +291,7 @@ fn indent(doc: &str) -> String {
 }
 
 /// The subcommands `kmutate --help` lists (besides `help`).
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "apply",
     "conformance",
     "bench",
@@ -299,6 +299,7 @@ const SUBCOMMANDS: [&str; 8] = [
     "serve",
     "loadtest",
     "translate",
+    "scan",
     "completions",
 ];
 

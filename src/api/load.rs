@@ -293,6 +293,17 @@ impl Loaded {
     }
 }
 
+/// Policies from `policies` and bindings from `bindings` (each folder may
+/// hold either, as `--policies` and `--bindings`): one set, with the
+/// problems of both.
+pub fn load_definitions<P: AsRef<Path>>(policies: &[P], bindings: &[P]) -> Loaded {
+    let mut loaded = load_paths(policies);
+    let other = load_paths(bindings);
+    loaded.absorb_definitions(other.policies, other.bindings);
+    loaded.errors.extend(other.errors);
+    loaded
+}
+
 /// Loads every path given.
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Loaded {
     let mut loaded = Loaded::default();

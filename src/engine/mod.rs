@@ -174,14 +174,11 @@ impl Engine {
     /// files, invalid documents, compile errors, bindings of missing
     /// policies) are kept in [`Engine::problems`]; what loads is served.
     pub fn load(sources: &EngineSources, authorizer: Box<dyn Authorizer>) -> Engine {
-        let mut loaded = load::load_paths(&sources.policies);
-        let bindings = load::load_paths(&sources.bindings);
+        let loaded = load::load_definitions(&sources.policies, &sources.bindings);
         let resources = load::load_paths(&sources.resources);
-        loaded.absorb_definitions(bindings.policies, bindings.bindings);
         let problems: Vec<String> = loaded
             .errors
             .iter()
-            .chain(&bindings.errors)
             .chain(&resources.errors)
             .map(ToString::to_string)
             .collect();
