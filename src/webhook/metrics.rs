@@ -482,6 +482,15 @@ impl Metrics {
         self.load_errors.set(clamp(problems));
     }
 
+    /// Exports both reload counters at 0 before any reload: a counter
+    /// born at 1 has no increase to see, and the first failed reload of a
+    /// replica would go unalerted (deploy/prometheus-rules.yaml).
+    pub fn init_cert_reloads(&self) {
+        for result in ["success", "error"] {
+            let _ = self.cert_reloads.get_or_create(&ReloadLabels { result });
+        }
+    }
+
     /// A certificate reload, successful or not.
     pub fn observe_cert_reload(&self, ok: bool) {
         self.cert_reloads

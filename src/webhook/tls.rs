@@ -153,6 +153,9 @@ impl ReloadingCert {
     ) -> Result<ReloadingCert> {
         let stamps = (stamp(&files.cert), stamp(&files.key));
         let key = Arc::new(load_certified_key(&files, &provider)?);
+        if let Some(m) = &metrics {
+            m.init_cert_reloads();
+        }
         Ok(ReloadingCert {
             files,
             provider,
@@ -237,6 +240,9 @@ impl ReloadingClientVerifier {
         metrics: Option<Arc<Metrics>>,
     ) -> Result<ReloadingClientVerifier> {
         let verifier = client_verifier(ca, &provider)?;
+        if let Some(m) = &metrics {
+            m.init_cert_reloads();
+        }
         Ok(ReloadingClientVerifier {
             ca: ca.to_path_buf(),
             provider,
