@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::kas::{self, Kas};
-use support::{eventually, run, scratch};
+use support::{eventually, free_port, run, scratch};
 use tokio::net::{TcpListener, TcpStream};
 
 const V1: &str = "admissionregistration.k8s.io/v1";
@@ -135,14 +135,6 @@ impl Drop for Replica {
 
 async fn listening(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A TCP proxy giving each new connection to the next replica that

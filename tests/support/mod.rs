@@ -42,6 +42,15 @@ pub fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
     rt.shutdown_timeout(Duration::from_millis(100));
 }
 
+/// A 127.0.0.1 port free when asked (for a child process to listen on).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A fresh folder under the target directory for one test's files.
 pub fn scratch(group: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
