@@ -36,14 +36,7 @@ fn repo(path: &str) -> PathBuf {
 
 /// `prometheus` and `promtool`, if installed.
 fn prometheus_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let found = |name: &str| {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        })
-    };
-    match (found("prometheus"), found("promtool")) {
+    match (support::on_path("prometheus"), support::on_path("promtool")) {
         (Some(p), Some(t)) => Some((p, t)),
         _ if std::env::var_os("KMUTATE_REQUIRE_PROMETHEUS").is_some() => {
             panic!("{test}: prometheus and promtool are not installed (apt-get install prometheus)")

@@ -16,6 +16,10 @@
   APPLIED_SEPARATELY. Where kubectl is installed, `kubectl kustomize deploy`
   must build, and what it builds is validated too.
 
+With `--rendered FILE...` it validates those files' objects the same way
+instead (the Helm chart's renders, one file per values file of
+charts/kmutate/ci/, which .ci/run writes with `helm template`).
+
 Run by .ci/run after `pip install kubernetes-validate==1.37.0` (in a venv).
 Exits 1 on any problem, listing them all.
 """
@@ -187,7 +191,29 @@ def check_kustomization():
     return problems
 
 
+def validate_rendered(paths):
+    """The objects of each rendered file, as deploy/'s are validated."""
+    counts = {"builtin": 0, "crd": 0}
+    problems = []
+    for path in paths:
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        if not docs:
+            problems.append("%s: no object rendered" % path)
+        problems += validate_documents(docs, path, counts)
+    for p in problems:
+        print("ERROR", p)
+    print(
+        "rendered: %d files; %d objects of built-in kinds validated against Kubernetes %s (strict), "
+        "%d of CRD-based kinds checked for required fields; %d problems"
+        % (len(paths), counts["builtin"], KUBERNETES_VERSION, counts["crd"], len(problems))
+    )
+    return 1 if problems else 0
+
+
 def main():
+    if sys.argv[1:2] == ["--rendered"]:
+        return validate_rendered(sys.argv[2:])
     counts = {"builtin": 0, "crd": 0}
     problems = check_kustomization()
     files = manifest_files()

@@ -42,6 +42,15 @@ pub fn run<F: Future<Output = ()>>(limit: Duration, f: F) {
     rt.shutdown_timeout(Duration::from_millis(100));
 }
 
+/// The program `name` on PATH, if there.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
 /// A 127.0.0.1 port free when asked (for a child process to listen on).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
