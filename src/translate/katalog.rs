@@ -4,6 +4,7 @@
 //! The table of constructs and their CEL is docs/translate-katalog.md.
 
 use super::cel::{self, Seg};
+use super::gotemplate::{self, TemplateError};
 use super::{dns_part, policy_and_binding, MutationOut, Options, TranslateError, Translation};
 use serde_json::{json, Value as Json};
 use std::path::Path;
@@ -584,19 +585,12 @@ fn parse_field(field: &str) -> Result<Vec<Seg>, Problem> {
         .into_iter()
         .map(|s| {
             if s.contains("{{") {
-                Ok(Seg::Dynamic(render(&parse_template(&s)?)))
+                Ok(Seg::Dynamic(template(&s)?))
             } else {
                 Ok(Seg::Static(s))
             }
         })
         .collect()
-}
-
-/// A piece of a template.
-#[derive(Debug, Clone, PartialEq)]
-enum Part {
-    Text(String),
-    Field(Vec<String>),
 }
 
 /// ObjectMeta fields a template names at the top level (`{{ .Name }}`).
@@ -626,12 +620,11 @@ fn lower_first(s: &str) -> String {
 /// `.spec.registry` are `spec.registry`; `.Name`/`.Namespace` (and the other
 /// ObjectMeta fields) are under `metadata`; keys under labels and
 /// annotations are kept as written.
-fn field_chain(chain: &str) -> Vec<String> {
-    let names: Vec<&str> = chain.trim_start_matches('.').split('.').collect();
+fn field_chain(names: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (i, n) in names.iter().enumerate() {
         if i == 0 {
-            if let Some(m) = meta_field(n) {
+            if let Some(m) = meta_field(n.as_str()) {
                 out.push("metadata".into());
                 out.push(m.into());
                 continue;
@@ -649,115 +642,31 @@ fn field_chain(chain: &str) -> Vec<String> {
     out
 }
 
-fn is_field_chain(s: &str) -> bool {
-    s.starts_with('.')
-        && s.len() > 1
-        && s[1..].split('.').all(|p| {
-            let mut c = p.chars();
-            matches!(c.next(), Some(f) if f.is_alphabetic() || f == '_')
-                && c.all(|c| c.is_alphanumeric() || c == '_')
-        })
+/// The CEL string expression rendering a Go template (`gotemplate`), its
+/// root field chains named as [`field_chain`] names them.
+fn template(s: &str) -> Result<String, Problem> {
+    refuse_external(s)?;
+    gotemplate::translate(s, &field_chain).map_err(|e| match e {
+        TemplateError::Invalid(m) => Problem::Invalid(m),
+        TemplateError::Untranslatable(m) => Problem::Untranslatable(m),
+    })
 }
 
-/// Splits a string into text and `{{ .field }}` references.
-fn parse_template(s: &str) -> Result<Vec<Part>, Problem> {
-    let mut parts: Vec<Part> = Vec::new();
-    let mut rest = s;
-    let mut trim_next = false;
-    while let Some(start) = rest.find("{{") {
-        let mut text = rest[..start].to_string();
-        if trim_next {
-            text = text.trim_start().to_string();
-        }
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            return bad(format!("unclosed {{{{ in {s:?}"));
-        };
-        let mut inner = &after[..end];
-        if inner.starts_with("- ") || inner == "-" {
-            text = text.trim_end().to_string();
-            inner = &inner[1..];
-        }
-        trim_next = false;
-        if inner.ends_with(" -") {
-            trim_next = true;
-            inner = &inner[..inner.len() - 1];
-        }
-        if !text.is_empty() {
-            parts.push(Part::Text(text));
-        }
-        let action = inner.trim();
-        if action.starts_with("/*") {
-            // a comment renders nothing
-        } else if action.starts_with(".external.") || action == ".external" {
+/// `{{ .external.x }}`: the result of an external call, which a MAP
+/// cannot make.
+fn refuse_external(s: &str) -> Result<(), Problem> {
+    for action in s.split("{{").skip(1).filter_map(|a| a.split("}}").next()) {
+        let action = action.trim_matches(|c: char| c == '-' || c.is_whitespace());
+        let reads_external = action
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == '|')
+            .any(|w| w == ".external" || w.starts_with(".external."));
+        if reads_external {
             return cannot(format!(
                 "template {{{{ {action} }}}} reads the result of an external call"
             ));
-        } else if is_field_chain(action) {
-            parts.push(Part::Field(field_chain(action)));
-        } else if action == "." {
-            return cannot("template {{ . }} renders the whole object");
-        } else if action.starts_with('$') {
-            return cannot(format!("template variable in {{{{ {action} }}}}"));
-        } else {
-            let word: String = action
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            let word = if word.is_empty() {
-                action.to_string()
-            } else {
-                word
-            };
-            return if matches!(
-                word.as_str(),
-                "if" | "else" | "end" | "range" | "with" | "define" | "template" | "block"
-            ) {
-                cannot(format!("template action {{{{ {action} }}}}"))
-            } else if action.contains('|') {
-                let f = action.rsplit('|').next().unwrap_or("").trim();
-                cannot(format!(
-                    "unknown template function {f:?} in {{{{ {action} }}}}"
-                ))
-            } else {
-                cannot(format!(
-                    "unknown template function {word:?} in {{{{ {action} }}}}"
-                ))
-            };
         }
-        rest = &after[end + 2..];
     }
-    let mut text = rest.to_string();
-    if trim_next {
-        text = text.trim_start().to_string();
-    }
-    if !text.is_empty() {
-        parts.push(Part::Text(text));
-    }
-    Ok(parts)
-}
-
-/// CEL string expression rendering a field as the template does: absent or
-/// null is "", strings as they are, numbers and booleans by `string()`.
-fn render_field(path: &[String]) -> String {
-    let segs: Vec<Seg> = path.iter().cloned().map(Seg::Static).collect();
-    let r = raw(&segs);
-    format!("({r} == null ? \"\" : string({r}))")
-}
-
-/// CEL string expression for a parsed template.
-fn render(parts: &[Part]) -> String {
-    if parts.is_empty() {
-        return "\"\"".into();
-    }
-    parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => cel::quote(t),
-            Part::Field(f) => render_field(f),
-        })
-        .collect::<Vec<_>>()
-        .join(" + ")
+    Ok(())
 }
 
 // ---- values ---------------------------------------------------------------
@@ -804,7 +713,7 @@ fn value_expr(v: &Json, value_type: Option<&str>) -> Result<String, Problem> {
     };
     if templated {
         let s = v.as_str().unwrap_or_default();
-        let r = render(&parse_template(s)?);
+        let r = template(s)?;
         return Ok(match kind {
             None | Some("string") => r,
             Some("int") => format!("int({r})"),
@@ -1009,7 +918,7 @@ fn negate(map: &serde_json::Map<String, Json>) -> Result<bool, Problem> {
 /// A string operand: a template renders at admission, scalars by their Go form.
 fn string_operand(op: &str, v: &Json) -> Result<String, Problem> {
     match v {
-        Json::String(s) if s.contains("{{") => Ok(render(&parse_template(s)?)),
+        Json::String(s) if s.contains("{{") => template(s),
         _ => match scalar_string(v) {
             Some(s) => Ok(cel::quote(&s)),
             None => bad(format!("{op}: expected a scalar operand, got {v}")),
@@ -1021,9 +930,7 @@ fn string_operand(op: &str, v: &Json) -> Result<String, Problem> {
 fn number_operand(op: &str, v: &Json) -> Result<String, Problem> {
     match v {
         Json::Number(n) => Ok(cel::double(n.as_f64().unwrap_or(0.0))),
-        Json::String(s) if s.contains("{{") => {
-            Ok(format!("double({})", render(&parse_template(s)?)))
-        }
+        Json::String(s) if s.contains("{{") => Ok(format!("double({})", template(s)?)),
         Json::String(s) => match s.trim().parse::<f64>() {
             Ok(f) if f.is_finite() => Ok(cel::double(f)),
             _ => bad(format!("{op}: {s:?} is not a number")),

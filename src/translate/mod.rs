@@ -14,6 +14,7 @@
 pub mod capsule;
 mod cel;
 pub mod cli;
+mod gotemplate;
 pub mod katalog;
 #[cfg(test)]
 mod tests;

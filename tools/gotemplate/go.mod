@@ -1,0 +1,3 @@
+module kmutate.dev/tools/gotemplate
+
+go 1.22
