@@ -3,12 +3,13 @@
 //! Katalog's `default` and `override` values are Go templates evaluated
 //! against the custom resource (decoded as Kubernetes decodes unstructured
 //! objects: integral numbers int64, others float64). This module parses a
-//! template (text, actions, pipelines, `if`/`else if`/`else`, `with`) and
+//! template (text, actions, pipelines, `if`/`else if`/`else`, `with`,
+//! `range` over lists and maps, `$`) and
 //! writes the CEL that renders the same string at admission, with Go's
 //! rendering of values: a missing key or null is `<no value>`, lists
 //! `[a b]`, doubles by `%g`, `printf` verbs with Go's `%!d(string=x)` forms
 //! for operands of the wrong type. What CEL cannot express, or what this
-//! does not translate (`range`, variables, `define`/`template`/`block`,
+//! does not translate (variables, `define`/`template`/`block`, `break`,
 //! `html`, `js`, `urlquery`, `call`, `slice`, printf flags and other verbs),
 //! is refused by name.
 //!
@@ -61,6 +62,7 @@ enum Node {
     Action(Pipeline),
     If(Pipeline, Vec<Node>, Vec<Node>),
     With(Pipeline, Vec<Node>, Vec<Node>),
+    Range(Pipeline, Vec<Node>, Vec<Node>),
 }
 
 /// `cmd | cmd | ...`: each command's result is the last argument of the next.
@@ -72,6 +74,8 @@ type Command = Vec<Operand>;
 enum Operand {
     /// `.a.b` (relative to dot); empty for `.` itself.
     Field(Vec<String>),
+    /// `$.a.b`: from the template's root, whatever dot is.
+    RootField(Vec<String>),
     Str(String),
     Int(i64),
     Float(f64),
@@ -299,6 +303,17 @@ fn pipeline(tokens: &[Token], action: &str) -> Result<Pipeline> {
             Token::Field(names) => current.push(Operand::Field(names.clone())),
             Token::Str(s) => current.push(Operand::Str(s.clone())),
             Token::Number(n) => current.push(number(n, action)?),
+            Token::Variable(v) if v == "$" => {
+                // `$` is the data the template was given (the object).
+                let names = match tokens.get(i + 1) {
+                    Some(Token::Field(names)) => {
+                        i += 1;
+                        names.clone()
+                    }
+                    _ => Vec::new(),
+                };
+                current.push(Operand::RootField(names));
+            }
             Token::Variable(v) => {
                 return untranslatable(format!("template variable {v} in {{{{ {action} }}}}"))
             }
@@ -366,7 +381,7 @@ fn parse_nodes(pieces: &[(bool, String)], at: &mut usize) -> Result<(Vec<Node>, 
         match keyword(text) {
             "" => nodes.push(Node::Action(pipeline(&lex(text)?, text)?)),
             "else" | "end" => return Ok((nodes, Some(text.clone()))),
-            kind @ ("if" | "with") => nodes.push(parse_branch(kind, text, pieces, at)?),
+            kind @ ("if" | "with" | "range") => nodes.push(parse_branch(kind, text, pieces, at)?),
             other => return untranslatable(format!("template action {{{{ {other} }}}}")),
         }
     }
@@ -380,7 +395,11 @@ fn parse_branch(
     pieces: &[(bool, String)],
     at: &mut usize,
 ) -> Result<Node> {
-    let condition = pipeline(&lex(action[kind.len()..].trim())?, action)?;
+    let rest = action[kind.len()..].trim();
+    if kind == "range" && (rest.starts_with('$') && rest.contains(":=")) {
+        return untranslatable(format!("template variables in {{{{ {action} }}}}"));
+    }
+    let condition = pipeline(&lex(rest)?, action)?;
     let (then, end) = parse_nodes(pieces, at)?;
     let otherwise = match end.as_deref().map(str::trim) {
         Some("end") => Vec::new(),
@@ -404,7 +423,8 @@ fn parse_branch(
     };
     Ok(match kind {
         "if" => Node::If(condition, then, otherwise),
-        _ => Node::With(condition, then, otherwise),
+        "with" => Node::With(condition, then, otherwise),
+        _ => Node::Range(condition, then, otherwise),
     })
 }
 
@@ -460,6 +480,7 @@ impl Compiler<'_> {
                     format!("({}) ? ({then}) : ({otherwise})", truth(v))
                 })
             }
+            Node::Range(p, body, otherwise) => self.range(p, body, otherwise, dot)?,
             Node::With(p, then, otherwise) => {
                 let value = self.pipeline(p, dot)?;
                 let v = self.name();
@@ -471,6 +492,24 @@ impl Compiler<'_> {
                 )
             }
         })
+    }
+
+    /// `{{ range P }}B{{ else }}E{{ end }}`: B for each element of a list,
+    /// or each value of a map in the order of its keys (Go sorts them), with
+    /// dot bound to it; E when there is none.
+    fn range(&self, p: &Pipeline, body: &[Node], otherwise: &[Node], dot: &Dot) -> Result<String> {
+        let value = self.pipeline(p, dot)?;
+        let (v, k, x) = (self.name(), self.name(), self.name());
+        let body = self.nodes(body, &Dot::Value(x.clone()))?;
+        let otherwise = self.nodes(otherwise, dot)?;
+        // Map keys are strings; as such they sort (a list of dyn does not).
+        let elements = format!(
+            "(type({v}) == map ? {v}.map({k}, string({k})).sort().map({k}, {v}[{k}]) : {v})"
+        );
+        Ok(format!(
+            "[dyn({value})].map({v}, ({v} == null || size({v}) == 0) ? ({otherwise}) : \
+             {elements}.map({x}, {body}).join(\"\"))[0]"
+        ))
     }
 
     /// The value of a pipeline: each command's result is the last argument
@@ -505,6 +544,7 @@ impl Compiler<'_> {
     fn operand(&self, operand: &Operand, dot: &Dot) -> Result<String> {
         Ok(match operand {
             Operand::Field(names) => self.field(names, dot)?,
+            Operand::RootField(names) => self.field(names, &Dot::Root)?,
             Operand::Str(s) => quote(s),
             Operand::Int(i) => i.to_string(),
             Operand::Float(f) => format!("{f:?}"),
@@ -805,7 +845,7 @@ mod tests {
     #[test]
     fn what_is_not_translated_is_refused_by_name() {
         for (template, name) in [
-            ("{{ range .a }}x{{ end }}", "range"),
+            ("{{ range $i, $e := .a }}x{{ end }}", "variables"),
             ("{{ $x := .a }}", "variable"),
             ("{{ html .a }}", "\"html\""),
             ("{{ upper .a }}", "unknown template function \"upper\""),

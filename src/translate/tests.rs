@@ -111,7 +111,7 @@ fn unknown_template_functions_cannot_be_translated() {
     for t in [
         "{{ upper .spec.name }}",
         "{{ .spec.name | lower }}",
-        "{{ range .spec.x }}a{{ end }}",
+        "{{ range $i, $e := .spec.x }}a{{ end }}",
         "{{ $x }}",
     ] {
         let (_, reason) = untranslatable(serde_json::json!([{"field": "spec.a", "override": t}]));

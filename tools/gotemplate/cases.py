@@ -24,7 +24,8 @@ OBJECT = {
                  "labels": {"app.kubernetes.io/name": "shop"}},
     "spec": {"team": "payments", "flag": True, "off": False, "empty": "",
              "n": 3, "f": 2.5, "big": 1000000, "tiny": 0.00001,
-             "items": ["a", "b"], "mixed": [1, "b", 2.5, True]},
+             "items": ["a", "b"], "mixed": [1, "b", 2.5, True],
+             "ports": {"https": 443, "admin": 9000, "http": 80}},
 }
 
 # (name, description, template)
@@ -66,6 +67,11 @@ CASES = [
     ("parenthesized", "a parenthesized pipeline is an operand", '{{ printf "%d items" (len .spec.items) }}'),
     ("literals", "string, raw string, integer, float and boolean literals",
      '{{ printf "%v %v %v %v %v" "s" `raw` 42 1.5 true }}'),
+    ("range-list", "range over a list, dot bound to each element", "{{ range .spec.items }}<{{ . }}>{{ end }}"),
+    ("range-map-sorted", "range over a map visits its values in the order of the keys",
+     "{{ range .spec.ports }}{{ . }},{{ end }}"),
+    ("range-else", "range over a missing field renders its else", "{{ range .spec.missing }}x{{ else }}none{{ end }}"),
+    ("range-root", "$ is the object inside range", "{{ range .spec.items }}{{ $.metadata.name }}-{{ . }} {{ end }}"),
     ("compare-int-and-float", "comparing an integer with a float is Go's error: the request is denied",
      "{{ if lt .spec.n 2.5 }}x{{ end }}"),
 ]
