@@ -248,6 +248,55 @@ fn scan_reports_fixes_and_names_owners_on_the_real_apiserver() {
         assert_eq!(set_paths(&found["Pod/lone"]), ["spec.enableServiceLinks"]);
         let denial = found["ConfigMap/broken"]["message"].as_str().unwrap();
 
+        // Ctrl-C: a clean stop with the report so far (fixes tried at one
+        // a second, as server-side dry runs, so that it is still running).
+        let child = Command::new(env!("CARGO_BIN_EXE_kmutate"))
+            .args([
+                "scan",
+                "-n",
+                NS,
+                "-o",
+                "json",
+                "--fix",
+                "--dry-run",
+                "server",
+                "--qps",
+                "1",
+            ])
+            .arg("--policies")
+            .arg(&policy_dir)
+            .arg("--bindings")
+            .arg(&policy_dir)
+            .env("KUBECONFIG", &kas.kubeconfig)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let interrupt = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(interrupt.success());
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(report["summary"]["interrupted"], true, "{report}");
+        let fixes = report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["fix"].is_object())
+            .count();
+        assert!((1..6).contains(&fixes), "some of the seven fixes, not all: {report}");
+
         // A gate in CI: changes found fail it.
         let (code, _, _) = scan(&kas, &policy_dir, &["--fail-on", "change"]);
         assert_eq!(code, 1);
