@@ -295,7 +295,10 @@ fn scan_reports_fixes_and_names_owners_on_the_real_apiserver() {
             .iter()
             .filter(|i| i["fix"].is_object())
             .count();
-        assert!((1..6).contains(&fixes), "some of the seven fixes, not all: {report}");
+        assert!(
+            (1..6).contains(&fixes),
+            "some of the seven fixes, not all: {report}"
+        );
 
         // A gate in CI: changes found fail it.
         let (code, _, _) = scan(&kas, &policy_dir, &["--fail-on", "change"]);
@@ -367,6 +370,22 @@ fn scan_reports_fixes_and_names_owners_on_the_real_apiserver() {
         );
 
         upstream_agrees(&client, denial).await;
+
+        // The same policies read from the cluster find the same.
+        let out = Command::new(env!("CARGO_BIN_EXE_kmutate"))
+            .args(["scan", "--source", "api", "-n", NS, "-o", "json"])
+            .env("KUBECONFIG", &kas.kubeconfig)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left: Vec<String> = items(&stdout).into_keys().collect();
+        assert_eq!(left, ["ConfigMap/broken", "Pod/lone", "Pod/web-5d4f-x1"]);
     });
 }
 
