@@ -699,6 +699,19 @@ impl Checker<'_> {
             }
             return;
         }
+        // `_?_:_`: branches of different kinds (a string and a list, say)
+        // have no common type, whatever `dyn` is inside them.
+        if name == operators::CONDITIONAL && call.args.len() == 3 {
+            let all: Vec<Ty> = call
+                .args
+                .iter()
+                .map(|a| types::type_of(a, &mut self.scope))
+                .collect();
+            if types::different_kinds(&all[1], &all[2]) {
+                self.no_overload(offset, name, &all, false);
+                return;
+            }
+        }
         let operands = call.target.iter().filter(|_| member).map(|t| &**t);
         let mut types = Vec::new();
         for x in operands.chain(&call.args) {
@@ -1759,6 +1772,8 @@ mod tests {
             ("optional.of(1).or(1)", "1:18: found no matching overload for 'or' applied to 'optional_type(int).(int)'"),
             ("'abc'.all(c, true)", "1:1: expression of type 'string' cannot be range of a comprehension (must be list, map, or dynamic)"),
             ("[1].map(x, x).filter(y, y)", "1:21: found no matching overload for '_?_:_' applied to '(int, list(int), list(int))'"),
+            // kube-apiserver 1.36 refused a translated policy so (issue 50).
+            ("true ? 'a' : [dyn(1)]", "1:6: found no matching overload for '_?_:_' applied to '(bool, string, list(dyn))'"),
             ("[1, 2].all(i, v, i)", "1:18: expected type 'bool' but found 'int'"),
             ("{'a': 1}.exists(k, v, v)", "1:23: expected type 'bool' but found 'int'"),
             ("{'a': [1]}.all(k, k)", "1:19: expected type 'bool' but found 'string'"),

@@ -311,6 +311,23 @@ pub(super) fn compatible(a: &Ty, b: &Ty) -> bool {
 
 /// One type for two where upstream's inference joins them: a part not
 /// known yet (`[]`'s element) takes the other's; else they must agree.
+/// Whether `a` and `b` are of different kinds among the plain ones (a
+/// string and a list, say): no `dyn` inside either makes them one type.
+pub(super) fn different_kinds(a: &Ty, b: &Ty) -> bool {
+    let kind = |t: &Ty| match t {
+        Ty::Bool
+        | Ty::Int
+        | Ty::Uint
+        | Ty::Double
+        | Ty::String
+        | Ty::Bytes
+        | Ty::List(_)
+        | Ty::Map(..) => Some(std::mem::discriminant(t)),
+        _ => None,
+    };
+    matches!((kind(a), kind(b)), (Some(x), Some(y)) if x != y)
+}
+
 fn unify(a: &Ty, b: &Ty) -> Ty {
     match (a, b) {
         (Ty::Unknown, t) | (t, Ty::Unknown) => t.clone(),
