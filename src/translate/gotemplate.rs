@@ -4,13 +4,13 @@
 //! against the custom resource (decoded as Kubernetes decodes unstructured
 //! objects: integral numbers int64, others float64). This module parses a
 //! template (text, actions, pipelines, `if`/`else if`/`else`, `with`,
-//! `range` over lists and maps, `$`) and
+//! `range` over lists and maps, `$`, variables, `html`, `slice`) and
 //! writes the CEL that renders the same string at admission, with Go's
 //! rendering of values: a missing key or null is `<no value>`, lists
 //! `[a b]`, doubles by `%g`, `printf` verbs with Go's `%!d(string=x)` forms
 //! for operands of the wrong type. What CEL cannot express, or what this
-//! does not translate (variables, `define`/`template`/`block`, `break`,
-//! `html`, `js`, `urlquery`, `call`, `slice`, printf flags and other verbs),
+//! does not translate (assignments, `define`/`template`/`block`, `break`,
+//! `js`, `urlquery`, `call`, printf flags and other verbs),
 //! is refused by name.
 //!
 //! Each value is evaluated once: a CEL expression used more than once is
@@ -50,7 +50,11 @@ pub fn translate(template: &str, root: RootFields<'_>) -> Result<String> {
         root,
         names: Cell::new(0),
     };
-    compiler.nodes(&nodes, &Dot::Root)
+    let scope = Scope {
+        dot: Dot::Root,
+        vars: Vec::new(),
+    };
+    compiler.nodes(&nodes, &scope)
 }
 
 // ---- parsing ----------------------------------------------------------------
@@ -60,9 +64,19 @@ pub fn translate(template: &str, root: RootFields<'_>) -> Result<String> {
 enum Node {
     Text(String),
     Action(Pipeline),
-    If(Pipeline, Vec<Node>, Vec<Node>),
-    With(Pipeline, Vec<Node>, Vec<Node>),
-    Range(Pipeline, Vec<Node>, Vec<Node>),
+    /// `{{ $x := P }}`: `$x` is P's value to the end of the enclosing block.
+    Declare(String, Pipeline),
+    If(Head, Vec<Node>, Vec<Node>),
+    With(Head, Vec<Node>, Vec<Node>),
+    Range(Head, Vec<Node>, Vec<Node>),
+}
+
+/// The pipeline of an `if`, `with` or `range`, and the variables it
+/// declares (`$x :=`; `range $i, $e :=`).
+#[derive(Debug, Clone, PartialEq)]
+struct Head {
+    vars: Vec<String>,
+    pipeline: Pipeline,
 }
 
 /// `cmd | cmd | ...`: each command's result is the last argument of the next.
@@ -76,6 +90,8 @@ enum Operand {
     Field(Vec<String>),
     /// `$.a.b`: from the template's root, whatever dot is.
     RootField(Vec<String>),
+    /// `$x.a.b`: a declared variable and fields of it.
+    Variable(String, Vec<String>),
     Str(String),
     Int(i64),
     Float(f64),
@@ -95,6 +111,9 @@ enum Token {
     Open,
     Close,
     Variable(String),
+    Declare,
+    Assign,
+    Comma,
 }
 
 /// Splits the template into text and actions (`{{- x -}}` trims the
@@ -225,8 +244,17 @@ fn lex(action: &str) -> Result<Vec<Token>> {
                 }
                 tokens.push(Token::Ident(chars[start..i].iter().collect()));
             }
-            ':' | '=' | ',' => {
-                return untranslatable(format!("template variable in {{{{ {action} }}}}"))
+            ':' if chars.get(i + 1) == Some(&'=') => {
+                tokens.push(Token::Declare);
+                i += 2;
+            }
+            '=' => {
+                tokens.push(Token::Assign);
+                i += 1;
+            }
+            ',' => {
+                tokens.push(Token::Comma);
+                i += 1;
             }
             other => return invalid(format!("unexpected {other:?} in {{{{ {action} }}}}")),
         }
@@ -315,7 +343,22 @@ fn pipeline(tokens: &[Token], action: &str) -> Result<Pipeline> {
                 current.push(Operand::RootField(names));
             }
             Token::Variable(v) => {
-                return untranslatable(format!("template variable {v} in {{{{ {action} }}}}"))
+                let names = match tokens.get(i + 1) {
+                    Some(Token::Field(names)) => {
+                        i += 1;
+                        names.clone()
+                    }
+                    _ => Vec::new(),
+                };
+                current.push(Operand::Variable(v.clone(), names));
+            }
+            Token::Declare | Token::Comma => {
+                return invalid(format!("unexpected declaration in {{{{ {action} }}}}"))
+            }
+            Token::Assign => {
+                return untranslatable(format!(
+                    "assignment to a template variable in {{{{ {action} }}}}"
+                ))
             }
             Token::Ident(word) => current.push(match word.as_str() {
                 "true" => Operand::Bool(true),
@@ -342,6 +385,31 @@ fn number(text: &str, action: &str) -> Result<Operand> {
         Ok(f) if f.is_finite() => Ok(Operand::Float(f)),
         _ => untranslatable(format!("number {text} in {{{{ {action} }}}}")),
     }
+}
+
+/// An action's pipeline and the variables it declares first, if any.
+fn head(action: &str, allow_two: bool) -> Result<Head> {
+    let tokens = lex(action)?;
+    let declared = match tokens.as_slice() {
+        [Token::Variable(a), Token::Declare, ..] => Some((vec![a.clone()], 2)),
+        [Token::Variable(a), Token::Comma, Token::Variable(b), Token::Declare, ..] if allow_two => {
+            Some((vec![a.clone(), b.clone()], 4))
+        }
+        [Token::Variable(_), Token::Assign, ..] => {
+            return untranslatable(format!(
+                "assignment to a template variable in {{{{ {action} }}}}"
+            ))
+        }
+        _ => None,
+    };
+    let (vars, skip) = declared.unwrap_or_default();
+    if vars.iter().any(|v| v == "$") {
+        return invalid(format!("cannot declare $ in {{{{ {action} }}}}"));
+    }
+    Ok(Head {
+        vars,
+        pipeline: pipeline(&tokens[skip..], action)?,
+    })
 }
 
 /// The keyword an action starts with, if any.
@@ -379,7 +447,13 @@ fn parse_nodes(pieces: &[(bool, String)], at: &mut usize) -> Result<(Vec<Node>, 
             continue;
         }
         match keyword(text) {
-            "" => nodes.push(Node::Action(pipeline(&lex(text)?, text)?)),
+            "" => {
+                let Head { mut vars, pipeline } = head(text, false)?;
+                nodes.push(match vars.pop() {
+                    Some(var) => Node::Declare(var, pipeline),
+                    None => Node::Action(pipeline),
+                });
+            }
             "else" | "end" => return Ok((nodes, Some(text.clone()))),
             kind @ ("if" | "with" | "range") => nodes.push(parse_branch(kind, text, pieces, at)?),
             other => return untranslatable(format!("template action {{{{ {other} }}}}")),
@@ -395,11 +469,7 @@ fn parse_branch(
     pieces: &[(bool, String)],
     at: &mut usize,
 ) -> Result<Node> {
-    let rest = action[kind.len()..].trim();
-    if kind == "range" && (rest.starts_with('$') && rest.contains(":=")) {
-        return untranslatable(format!("template variables in {{{{ {action} }}}}"));
-    }
-    let condition = pipeline(&lex(rest)?, action)?;
+    let condition = head(action[kind.len()..].trim(), kind == "range")?;
     let (then, end) = parse_nodes(pieces, at)?;
     let otherwise = match end.as_deref().map(str::trim) {
         Some("end") => Vec::new(),
@@ -430,6 +500,40 @@ fn parse_branch(
 
 // ---- CEL --------------------------------------------------------------------
 
+/// What `.` and the declared variables are.
+#[derive(Debug, Clone)]
+struct Scope {
+    dot: Dot,
+    /// Template variable names and the CEL variables holding them.
+    vars: Vec<(String, String)>,
+}
+
+impl Scope {
+    fn with_dot(&self, dot: Dot) -> Scope {
+        Scope {
+            dot,
+            vars: self.vars.clone(),
+        }
+    }
+
+    fn with_var(&self, name: &str, cel: &str) -> Scope {
+        let mut vars = self.vars.clone();
+        vars.push((name.to_string(), cel.to_string()));
+        Scope {
+            dot: self.dot.clone(),
+            vars,
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.as_str())
+    }
+}
+
 /// What `.` is.
 #[derive(Debug, Clone)]
 enum Dot {
@@ -458,34 +562,50 @@ impl Compiler<'_> {
         format!("[dyn({value})].map({v}, {})[0]", body(&v))
     }
 
-    fn nodes(&self, nodes: &[Node], dot: &Dot) -> Result<String> {
+    fn nodes(&self, nodes: &[Node], scope: &Scope) -> Result<String> {
         if nodes.is_empty() {
             return Ok("\"\"".into());
         }
-        let parts: Result<Vec<String>> = nodes.iter().map(|n| self.node(n, dot)).collect();
-        Ok(parts?.join(" + "))
+        let mut parts = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if let Node::Declare(name, p) = n {
+                // The rest of the block sees the variable.
+                let value = self.pipeline(p, scope)?;
+                let v = self.name();
+                let rest = self.nodes(&nodes[i + 1..], &scope.with_var(name, &v))?;
+                parts.push(format!("[dyn({value})].map({v}, {rest})[0]"));
+                return Ok(parts.join(" + "));
+            }
+            parts.push(self.node(n, scope)?);
+        }
+        Ok(parts.join(" + "))
     }
 
-    fn node(&self, node: &Node, dot: &Dot) -> Result<String> {
+    fn node(&self, node: &Node, scope: &Scope) -> Result<String> {
         Ok(match node {
             Node::Text(t) => quote(t),
             Node::Action(p) => {
-                let value = self.pipeline(p, dot)?;
+                let value = self.pipeline(p, scope)?;
                 self.bind(&value, |v| render(v, "<no value>"))
             }
-            Node::If(p, then, otherwise) => {
-                let condition = self.pipeline(p, dot)?;
-                let (then, otherwise) = (self.nodes(then, dot)?, self.nodes(otherwise, dot)?);
-                self.bind(&condition, |v| {
-                    format!("({}) ? ({then}) : ({otherwise})", truth(v))
-                })
-            }
-            Node::Range(p, body, otherwise) => self.range(p, body, otherwise, dot)?,
-            Node::With(p, then, otherwise) => {
-                let value = self.pipeline(p, dot)?;
+            Node::Declare(..) => return invalid("a declaration outside a block"),
+            Node::If(head, then, otherwise) => {
+                let value = self.pipeline(&head.pipeline, scope)?;
                 let v = self.name();
-                let then = self.nodes(then, &Dot::Value(v.clone()))?;
-                let otherwise = self.nodes(otherwise, dot)?;
+                let inner = declared(scope, &head.vars, &v);
+                let (then, otherwise) = (self.nodes(then, &inner)?, self.nodes(otherwise, &inner)?);
+                format!(
+                    "[dyn({value})].map({v}, ({}) ? ({then}) : ({otherwise}))[0]",
+                    truth(&v)
+                )
+            }
+            Node::Range(head, body, otherwise) => self.range(head, body, otherwise, scope)?,
+            Node::With(head, then, otherwise) => {
+                let value = self.pipeline(&head.pipeline, scope)?;
+                let v = self.name();
+                let inner = declared(scope, &head.vars, &v);
+                let then = self.nodes(then, &inner.with_dot(Dot::Value(v.clone())))?;
+                let otherwise = self.nodes(otherwise, &inner)?;
                 format!(
                     "[dyn({value})].map({v}, ({}) ? ({then}) : ({otherwise}))[0]",
                     truth(&v)
@@ -496,42 +616,64 @@ impl Compiler<'_> {
 
     /// `{{ range P }}B{{ else }}E{{ end }}`: B for each element of a list,
     /// or each value of a map in the order of its keys (Go sorts them), with
-    /// dot bound to it; E when there is none.
-    fn range(&self, p: &Pipeline, body: &[Node], otherwise: &[Node], dot: &Dot) -> Result<String> {
-        let value = self.pipeline(p, dot)?;
-        let (v, k, x) = (self.name(), self.name(), self.name());
-        let body = self.nodes(body, &Dot::Value(x.clone()))?;
-        let otherwise = self.nodes(otherwise, dot)?;
-        // Map keys are strings; as such they sort (a list of dyn does not).
-        let elements = format!(
-            "(type({v}) == map ? {v}.map({k}, string({k})).sort().map({k}, {v}[{k}]) : {v})"
+    /// dot bound to it (and `range $i, $e :=` its index or key and itself);
+    /// E when there is none.
+    fn range(
+        &self,
+        head: &Head,
+        body: &[Node],
+        otherwise: &[Node],
+        scope: &Scope,
+    ) -> Result<String> {
+        let value = self.pipeline(&head.pipeline, scope)?;
+        let (v, k, i, x) = (self.name(), self.name(), self.name(), self.name());
+        // Each element as [key or index, value], both dyn so that the two
+        // branches have one type for kube-apiserver's checker. Map keys are
+        // strings; as such they sort (a list of dyn does not).
+        let pairs = format!(
+            "(type({v}) == map ? {v}.map({k}, string({k})).sort().map({k}, [dyn({k}), {v}[{k}]]) \
+             : {v}.transformList({i}, {k}, [dyn({i}), {k}]))"
         );
+        let element = format!("{x}[1]");
+        let mut inner = scope.with_dot(Dot::Value(element.clone()));
+        match head.vars.as_slice() {
+            [] => {}
+            [e] => inner = inner.with_var(e, &element),
+            [key, e] => {
+                inner = inner
+                    .with_var(key, &format!("{x}[0]"))
+                    .with_var(e, &element)
+            }
+            _ => return invalid("range declares at most two variables"),
+        }
+        let body = self.nodes(body, &inner)?;
+        let otherwise = self.nodes(otherwise, scope)?;
         Ok(format!(
             "[dyn({value})].map({v}, ({v} == null || size({v}) == 0) ? ({otherwise}) : \
-             {elements}.map({x}, {body}).join(\"\"))[0]"
+             {pairs}.map({x}, {body}).join(\"\"))[0]"
         ))
     }
 
     /// The value of a pipeline: each command's result is the last argument
     /// of the next.
-    fn pipeline(&self, p: &Pipeline, dot: &Dot) -> Result<String> {
+    fn pipeline(&self, p: &Pipeline, scope: &Scope) -> Result<String> {
         let mut previous: Option<String> = None;
         for command in p {
-            previous = Some(self.command(command, previous, dot)?);
+            previous = Some(self.command(command, previous, scope)?);
         }
         previous.map_or_else(|| invalid("empty pipeline"), Ok)
     }
 
-    fn command(&self, command: &Command, piped: Option<String>, dot: &Dot) -> Result<String> {
+    fn command(&self, command: &Command, piped: Option<String>, scope: &Scope) -> Result<String> {
         let Some(Operand::Function(name)) = command.first() else {
             if command.len() > 1 || piped.is_some() {
                 return invalid("a value cannot take arguments");
             }
-            return self.operand(&command[0], dot);
+            return self.operand(&command[0], scope);
         };
         let mut args: Vec<String> = command[1..]
             .iter()
-            .map(|a| self.operand(a, dot))
+            .map(|a| self.operand(a, scope))
             .collect::<Result<_>>()?;
         let mut literals: Vec<Option<&Operand>> = command[1..].iter().map(Some).collect();
         if let Some(p) = piped {
@@ -541,15 +683,19 @@ impl Compiler<'_> {
         self.function(name, &args, &literals)
     }
 
-    fn operand(&self, operand: &Operand, dot: &Dot) -> Result<String> {
+    fn operand(&self, operand: &Operand, scope: &Scope) -> Result<String> {
         Ok(match operand {
-            Operand::Field(names) => self.field(names, dot)?,
+            Operand::Field(names) => self.field(names, &scope.dot)?,
             Operand::RootField(names) => self.field(names, &Dot::Root)?,
+            Operand::Variable(name, names) => match scope.var(name) {
+                Some(v) => self.field(names, &Dot::Value(v.to_string()))?,
+                None => return invalid(format!("undefined template variable {name}")),
+            },
             Operand::Str(s) => quote(s),
             Operand::Int(i) => i.to_string(),
             Operand::Float(f) => format!("{f:?}"),
             Operand::Bool(b) => b.to_string(),
-            Operand::Sub(p) => self.pipeline(p, dot)?,
+            Operand::Sub(p) => self.pipeline(p, scope)?,
             Operand::Function(name) => self.function(name, &[], &[])?,
         })
     }
@@ -650,7 +796,29 @@ impl Compiler<'_> {
                 };
                 Ok(comparison(&args[0], op, &args[1]))
             }
-            "html" | "js" | "urlquery" | "call" | "slice" => untranslatable(format!(
+            "html" => {
+                arity(!args.is_empty(), "at least one")?;
+                let text = self.print(args, false);
+                Ok(format!(
+                    "({text}).replace(\"&\", \"&amp;\").replace(\"<\", \"&lt;\")\
+                     .replace(\">\", \"&gt;\").replace(\"\\\"\", \"&#34;\").replace(\"'\", \"&#39;\")"
+                ))
+            }
+            "slice" => {
+                arity((1..=3).contains(&args.len()), "one to three")?;
+                let x = &args[0];
+                Ok(match &args[1..] {
+                    [] => x.clone(),
+                    [from] => self.bind(x, |v| {
+                        format!("(type({v}) == string ? dyn({v}.substring({from})) : dyn({v}.slice({from}, size({v}))))")
+                    }),
+                    [from, to] => self.bind(x, |v| {
+                        format!("(type({v}) == string ? dyn({v}.substring({from}, {to})) : dyn({v}.slice({from}, {to})))")
+                    }),
+                    _ => return untranslatable("slice with a capacity (3 indices)"),
+                })
+            }
+            "js" | "urlquery" | "call" => untranslatable(format!(
                 "template function {name:?} (no CEL equivalent is translated)"
             )),
             _ => untranslatable(format!("unknown template function {name:?}")),
@@ -731,6 +899,14 @@ impl Compiler<'_> {
             out = format!("[dyn({arg})].map({name}, {out})[0]");
         }
         Ok(out)
+    }
+}
+
+/// `scope` with an `if`'s or `with`'s declared variable bound to `v`.
+fn declared(scope: &Scope, vars: &[String], v: &str) -> Scope {
+    match vars.first() {
+        Some(name) => scope.with_var(name, v),
+        None => scope.clone(),
     }
 }
 
@@ -845,9 +1021,8 @@ mod tests {
     #[test]
     fn what_is_not_translated_is_refused_by_name() {
         for (template, name) in [
-            ("{{ range $i, $e := .a }}x{{ end }}", "variables"),
-            ("{{ $x := .a }}", "variable"),
-            ("{{ html .a }}", "\"html\""),
+            ("{{ $x := 1 }}{{ $x = 2 }}", "assignment"),
+            ("{{ js .a }}", "\"js\""),
             ("{{ upper .a }}", "unknown template function \"upper\""),
             ("{{ printf \"%05d\" .a }}", "%0"),
             ("{{ printf \"%s %s\" .a }}", "more verbs"),

@@ -25,7 +25,8 @@ OBJECT = {
     "spec": {"team": "payments", "flag": True, "off": False, "empty": "",
              "n": 3, "f": 2.5, "big": 1000000, "tiny": 0.00001,
              "items": ["a", "b"], "mixed": [1, "b", 2.5, True],
-             "ports": {"https": 443, "admin": 9000, "http": 80}},
+             "ports": {"https": 443, "admin": 9000, "http": 80},
+             "markup": "<b>Tom & \"Jerry's\"</b>"},
 }
 
 # (name, description, template)
@@ -72,6 +73,18 @@ CASES = [
      "{{ range .spec.ports }}{{ . }},{{ end }}"),
     ("range-else", "range over a missing field renders its else", "{{ range .spec.missing }}x{{ else }}none{{ end }}"),
     ("range-root", "$ is the object inside range", "{{ range .spec.items }}{{ $.metadata.name }}-{{ . }} {{ end }}"),
+    ("variable", "a declared variable holds its value to the end of the block",
+     "{{ $team := .spec.team }}{{ with .metadata }}{{ .name }}-{{ $team }}{{ end }}"),
+    ("variable-fields", "fields of a variable", "{{ $m := .metadata }}{{ $m.name }}/{{ $m.namespace }}"),
+    ("range-index-and-element", "range $i, $e := over a list", "{{ range $i, $e := .spec.items }}{{ $i }}={{ $e }};{{ end }}"),
+    ("range-key-and-value", "range $k, $v := over a map, keys in order",
+     "{{ range $k, $v := .spec.ports }}{{ $k }}={{ $v }};{{ end }}"),
+    ("range-element-variable", "range $e := binds the element and dot", "{{ range $e := .spec.items }}{{ $e }}{{ . }}{{ end }}"),
+    ("if-declaration", "if $x := P: the variable in both branches", "{{ if $x := .spec.items }}{{ index $x 0 }}{{ else }}none{{ end }}"),
+    ("with-declaration", "with $x := P", "{{ with $t := .spec.team }}{{ $t }}/{{ . }}{{ end }}"),
+    ("html", "html escapes & < > \" and '", "{{ html .spec.markup }}"),
+    ("slice-string", "slice of a string", "{{ slice .spec.team 1 4 }}|{{ slice .spec.team 3 }}"),
+    ("slice-list", "slice of a list", "{{ slice .spec.mixed 1 3 }}"),
     ("compare-int-and-float", "comparing an integer with a float is Go's error: the request is denied",
      "{{ if lt .spec.n 2.5 }}x{{ end }}"),
 ]
