@@ -163,20 +163,21 @@ fn lex(action: &str) -> Result<Vec<Token>> {
     let word_char = |c: char| c.is_alphanumeric() || c == '_';
     while i < chars.len() {
         let c = chars[i];
+        let single = match c {
+            '|' => Some(Token::Pipe),
+            '(' => Some(Token::Open),
+            ')' => Some(Token::Close),
+            '=' => Some(Token::Assign),
+            ',' => Some(Token::Comma),
+            _ => None,
+        };
+        if let Some(token) = single {
+            tokens.push(token);
+            i += 1;
+            continue;
+        }
         match c {
             ' ' | '\t' | '\n' | '\r' => i += 1,
-            '|' => {
-                tokens.push(Token::Pipe);
-                i += 1;
-            }
-            '(' => {
-                tokens.push(Token::Open);
-                i += 1;
-            }
-            ')' => {
-                tokens.push(Token::Close);
-                i += 1;
-            }
             '"' => {
                 let (s, next) = string_literal(&chars, i, action)?;
                 tokens.push(Token::Str(s));
@@ -247,14 +248,6 @@ fn lex(action: &str) -> Result<Vec<Token>> {
             ':' if chars.get(i + 1) == Some(&'=') => {
                 tokens.push(Token::Declare);
                 i += 2;
-            }
-            '=' => {
-                tokens.push(Token::Assign);
-                i += 1;
-            }
-            ',' => {
-                tokens.push(Token::Comma);
-                i += 1;
             }
             other => return invalid(format!("unexpected {other:?} in {{{{ {action} }}}}")),
         }
