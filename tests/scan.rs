@@ -194,6 +194,20 @@ fn set_paths(item: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The PATCH requests the apiserver has answered so far (its metrics).
+async fn patches(client: &kube::Client) -> f64 {
+    let request = hyper::http::Request::get("/metrics")
+        .body(Vec::new())
+        .unwrap();
+    let Ok(text) = client.request_text(request).await else {
+        return 0.0;
+    };
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("verb=\"PATCH\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 async fn get(client: &kube::Client, object: &Value) -> Value {
     let api = kas::api_for(client, object).await;
     let name = object["metadata"]["name"].as_str().unwrap();
@@ -272,7 +286,13 @@ fn scan_reports_fixes_and_names_owners_on_the_real_apiserver() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // Interrupted once its first write reached the apiserver.
+        let before = patches(&client).await;
+        support::eventually(Duration::from_secs(60), || async {
+            (patches(&client).await > before).then_some(())
+        })
+        .await
+        .expect("scan --fix writes");
         let interrupt = Command::new("kill")
             .args(["-INT", &child.id().to_string()])
             .status()
