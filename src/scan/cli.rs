@@ -16,6 +16,7 @@ use crate::source::SourceKind;
 use anyhow::{bail, Context as _, Result};
 use arc_swap::ArcSwapOption;
 use kube::api::{DynamicObject, ListParams};
+use kube::Resource as _;
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal as _;
@@ -497,11 +498,11 @@ async fn list_all(
             super::api_message(&e)
         ),
     };
-    let api: kube::Api<DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+    let path = DynamicObject::url_path(&resource, None);
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(super::PAGE_SIZE);
     loop {
-        let page = match api.list(&params).await {
+        let mut page = match super::list_page(client, &path, &params).await {
             Ok(page) => page,
             Err(e) if !required => {
                 eprintln!(
@@ -512,14 +513,8 @@ async fn list_all(
             }
             Err(e) => bail!("listing {kind} objects: {}", super::api_message(&e)),
         };
-        for mut item in page.items {
-            item.types = Some(kube::api::TypeMeta {
-                api_version: api_version.into(),
-                kind: kind.into(),
-            });
-            out.push(serde_json::to_value(item)?);
-        }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        out.extend(super::typed_items(&mut page, &resource));
+        match super::continue_token(&page) {
             Some(token) => params.continue_token = Some(token),
             None => return Ok(out),
         }

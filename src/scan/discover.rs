@@ -23,6 +23,15 @@ impl Target {
             group => format!("{}.{group}", self.resource.plural),
         }
     }
+
+    /// Its group, version and resource, as an admission request names them.
+    pub fn gvr(&self) -> crate::request::GroupVersionResource {
+        crate::request::GroupVersionResource {
+            group: self.resource.group.clone(),
+            version: self.resource.version.clone(),
+            resource: self.resource.plural.clone(),
+        }
+    }
 }
 
 /// The resources among `served` (listable, at their preferred version)

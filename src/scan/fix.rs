@@ -10,7 +10,6 @@ use super::discover::Target;
 use super::evaluate::{self, Verdict};
 use super::{api_message, ScanOptions};
 use crate::engine::Engine;
-use crate::request::GroupVersionResource;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value as Json};
 use std::time::Duration;
@@ -190,11 +189,7 @@ impl Fixer {
     }
 
     fn evaluate(&self, target: &Target, stored: &Json) -> Verdict {
-        let resource = GroupVersionResource {
-            group: target.resource.group.clone(),
-            version: target.resource.version.clone(),
-            resource: target.resource.plural.clone(),
-        };
+        let resource = target.gvr();
         let mut stored = stored.clone();
         stored["apiVersion"] = json!(target.resource.api_version);
         stored["kind"] = json!(target.resource.kind);

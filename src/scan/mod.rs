@@ -16,7 +16,7 @@ pub mod output;
 
 use crate::engine::Engine;
 use crate::reports::Subject;
-use crate::request::{GroupVersionResource, UserInfo};
+use crate::request::UserInfo;
 use discover::Target;
 use evaluate::{AsOperation, Verdict};
 use kube::api::{DynamicObject, ListParams};
@@ -179,10 +179,7 @@ async fn list_target(
             }
         };
         let remaining = page["metadata"]["remainingItemCount"].as_u64();
-        let items = match page.get_mut("items").map(Json::take) {
-            Some(Json::Array(items)) => items,
-            _ => Vec::new(),
-        };
+        let items = typed_items(&mut page, &target.resource);
         if first {
             let estimate = Some(items.len() as u64 + remaining.unwrap_or(0));
             let listing = ScanEvent::Listing {
@@ -192,31 +189,45 @@ async fn list_target(
             pages.send(Err(listing)).await.map_err(drop)?;
             first = false;
         }
-        let items = items
-            .into_iter()
-            .map(|mut item| {
-                item["apiVersion"] = Json::from(target.resource.api_version.clone());
-                item["kind"] = Json::from(target.resource.kind.clone());
-                item
-            })
-            .collect();
         let page_out = Page {
             target: target.clone(),
             items,
         };
         pages.send(Ok(page_out)).await.map_err(drop)?;
-        match page["metadata"]["continue"]
-            .as_str()
-            .filter(|c| !c.is_empty())
-        {
-            Some(token) => params.continue_token = Some(token.to_string()),
+        match continue_token(&page) {
+            Some(token) => params.continue_token = Some(token),
             None => return Ok(()),
         }
     }
 }
 
+/// A listed page's items, each with its `apiVersion` and `kind` (a list
+/// leaves them out of its items).
+pub(crate) fn typed_items(page: &mut Json, resource: &kube::api::ApiResource) -> Vec<Json> {
+    let items = match page.get_mut("items").map(Json::take) {
+        Some(Json::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    items
+        .into_iter()
+        .map(|mut item| {
+            item["apiVersion"] = Json::from(resource.api_version.clone());
+            item["kind"] = Json::from(resource.kind.clone());
+            item
+        })
+        .collect()
+}
+
+/// The token of a listed page's next page, if there is one.
+pub(crate) fn continue_token(page: &Json) -> Option<String> {
+    page["metadata"]["continue"]
+        .as_str()
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+}
+
 /// One list call, as JSON (the items are read once, without typing them).
-async fn list_page(
+pub(crate) async fn list_page(
     client: &kube::Client,
     path: &str,
     params: &ListParams,
@@ -237,11 +248,7 @@ pub fn api_message(e: &kube::Error) -> String {
 
 /// Evaluates a page's objects, spread over the machine's cores, in order.
 fn evaluate_page(engine: &Engine, page: Page, options: &ScanOptions) -> Vec<(Scanned, Arc<Json>)> {
-    let resource = GroupVersionResource {
-        group: page.target.resource.group.clone(),
-        version: page.target.resource.version.clone(),
-        resource: page.target.resource.plural.clone(),
-    };
+    let resource = page.target.gvr();
     let name = page.target.name();
     let evaluate_one = |stored: Json| {
         let verdict =

@@ -838,12 +838,7 @@ impl Compiler<'_> {
         if line {
             body = format!("{body} + \"\\n\"");
         }
-        // The operands bound one by one, outermost first.
-        let mut out = body;
-        for (arg, name) in args.iter().zip(&names).rev() {
-            out = format!("[dyn({arg})].map({name}, {out})[0]");
-        }
-        out
+        bind_each(args, &names, body)
     }
 
     /// Go's `fmt.Sprintf` for the verbs %v, %s, %d, %t and %%.
@@ -887,12 +882,16 @@ impl Compiler<'_> {
         if !text.is_empty() || pieces.is_empty() {
             pieces.push(quote(&text));
         }
-        let mut out = pieces.join(" + ");
-        for (arg, name) in args.iter().zip(&names).rev() {
-            out = format!("[dyn({arg})].map({name}, {out})[0]");
-        }
-        Ok(out)
+        Ok(bind_each(args, &names, pieces.join(" + ")))
     }
+}
+
+/// `body` with each operand of `args` bound to its name in `names`, each
+/// evaluated once, in order.
+fn bind_each(args: &[String], names: &[String], body: String) -> String {
+    args.iter().zip(names).rev().fold(body, |out, (arg, name)| {
+        format!("[dyn({arg})].map({name}, {out})[0]")
+    })
 }
 
 /// `scope` with an `if`'s or `with`'s declared variable bound to `v`.
