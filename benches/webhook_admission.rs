@@ -5,6 +5,7 @@
 
 use criterion::{criterion_group, Criterion};
 use kmutate::api::{load, Binding};
+use kmutate::attribution::Attribution;
 use kmutate::authorizer::AlwaysDeny;
 use kmutate::cel::CelEnvironment;
 use kmutate::dispatch::{compile_policies, CompiledPolicy, Outcome};
@@ -22,6 +23,19 @@ static ALLOCATOR: kmutate::allocator::Mimalloc = kmutate::allocator::Mimalloc;
 
 struct NoMetrics;
 impl kmutate::dispatch::AdmissionObserver for NoMetrics {}
+
+/// As the server's observer for attribution (issue 44): each binding's
+/// change recorded, for the answer's audit annotations.
+#[derive(Default)]
+struct Attributing(std::cell::RefCell<Attribution>);
+impl kmutate::dispatch::AdmissionObserver for Attributing {
+    fn wants_changes(&self) -> bool {
+        true
+    }
+    fn binding_changed(&self, change: kmutate::dispatch::BindingChange<'_>) {
+        self.0.borrow_mut().record(change);
+    }
+}
 
 fn fixture() -> (Engine, Vec<u8>) {
     // `KMUTATE_BENCH_FIXTURE`: another folder of the same layout (say,
@@ -51,6 +65,12 @@ fn read_review(path: &std::path::Path) -> Vec<u8> {
 
 #[inline(never)]
 fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
+    serve_one_as(engine, body, false)
+}
+
+/// One request, its changes attributed in the answer when `attributed`.
+#[inline(never)]
+fn serve_one_as(engine: &Engine, body: &[u8], attributed: bool) -> Vec<u8> {
     // As the server (src/webhook/server.rs `mutate` and `evaluate`).
     let mut review = match decode_review(engine, body).expect("fixture decodes") {
         DecodedBody::Unmatched(review) => {
@@ -64,7 +84,12 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
     if engine.matched(&prematch).is_empty() {
         return review::encode(review.version, &uid, &Answer::allow());
     }
-    let answer = match engine.admit_prematched(review.request, Some(prematch), &NoMetrics) {
+    let attributing = Attributing::default();
+    let observer: &dyn kmutate::dispatch::AdmissionObserver = match attributed {
+        true => &attributing,
+        false => &NoMetrics,
+    };
+    let mut answer = match engine.admit_prematched(review.request, Some(prematch), observer) {
         (
             Outcome::Admitted {
                 object, warnings, ..
@@ -73,6 +98,11 @@ fn serve_one(engine: &Engine, body: &[u8]) -> Vec<u8> {
         ) => Answer::admit_from(original.as_ref(), &object, warnings),
         (Outcome::Denied { message, code }, _) => Answer::deny(code, message),
     };
+    let attribution = attributing.0.into_inner();
+    if !attribution.is_empty() {
+        answer.audit_annotations =
+            attribution.audit_annotations(answer.allowed && answer.patch.is_some());
+    }
     review::encode(review.version, &uid, &answer)
 }
 
@@ -123,6 +153,15 @@ fn webhook_admission(c: &mut Criterion) {
     );
     c.bench_function("webhook-fixture-request", |b| {
         b.iter(|| serve_one(&engine, black_box(&body)))
+    });
+    // Issue 44: what attributing the changes in the answer costs.
+    let attributed = String::from_utf8_lossy(&serve_one_as(&engine, &body, true)).into_owned();
+    assert!(
+        attributed.contains("\"auditAnnotations\""),
+        "the fixture's answer names the policies that changed the Pod: {attributed}"
+    );
+    c.bench_function("webhook-fixture-request-attributed", |b| {
+        b.iter(|| serve_one_as(&engine, black_box(&body), true))
     });
     let unchanged = already_mutated(&engine, &body);
     assert!(
@@ -260,7 +299,8 @@ criterion_group!(
 /// of the unmatched update with `KMUTATE_PROFILE_UNMATCHED_UPDATE`, of the
 /// example policies with `KMUTATE_PROFILE_EXAMPLES`, with N policies for
 /// other resources loaded beside the fixture's with
-/// `KMUTATE_PROFILE_NON_MATCHING=N`), or N rebuilds of the policy set with
+/// `KMUTATE_PROFILE_NON_MATCHING=N`; their changes attributed in the answer
+/// with `KMUTATE_PROFILE_ATTRIBUTED`), or N rebuilds of the policy set with
 /// 10,000 of them loaded with `KMUTATE_PROFILE_REBUILD` set.
 fn main() {
     if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
@@ -289,8 +329,9 @@ fn main() {
         } else if std::env::var_os("KMUTATE_PROFILE_UNMATCHED_UPDATE").is_some() {
             body = unmatched_update();
         }
+        let attributed = std::env::var_os("KMUTATE_PROFILE_ATTRIBUTED").is_some();
         for _ in 0..n {
-            black_box(serve_one(&engine, black_box(&body)));
+            black_box(serve_one_as(&engine, black_box(&body), attributed));
         }
         return;
     }

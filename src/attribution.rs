@@ -9,7 +9,7 @@
 //! annotated: a mutation that wrote its own attribution would change the
 //! object again on every reinvocation.
 
-use crate::dispatch::BindingChange;
+use crate::dispatch::{push_quoted, BindingChange};
 
 use std::collections::BTreeMap;
 
@@ -76,13 +76,13 @@ pub struct Attribution {
 
 impl Attribution {
     /// Records one invocation's change.
-    pub fn record(&mut self, change: &BindingChange<'_>) {
+    pub fn record(&mut self, change: BindingChange<'_>) {
         self.entries.push(Entry::Changed {
             policy: change.policy.into(),
             binding: change.binding.into(),
             monitored: change.monitored,
-            set: change.set.to_vec(),
-            removed: change.removed.to_vec(),
+            set: change.set,
+            removed: change.removed,
         });
     }
 
@@ -238,45 +238,53 @@ impl Attribution {
 /// `entries` as a JSON list of at most [`ANNOTATION_LIMIT`] bytes, those
 /// beyond it counted in a last `{"more": N}`; none when there are none.
 fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> {
-    let mut listed: Vec<String> = Vec::new();
-    let mut size = 2;
+    let mut out = String::with_capacity(512);
+    out.push('[');
     let mut more = 0usize;
     for entry in entries {
-        let text = entry_text(entry);
-        // Room is kept for the count.
-        if more == 0 && size + text.len() + 1 + 24 <= ANNOTATION_LIMIT {
-            size += text.len() + 1;
-            listed.push(text);
-        } else {
-            more += 1;
+        let start = out.len();
+        if more == 0 {
+            if start > 1 {
+                out.push(',');
+            }
+            write_entry(&mut out, entry);
+            // Room is kept for the count (a comma, `{"more":N}`) and the
+            // closing bracket.
+            if out.len() + 26 <= ANNOTATION_LIMIT {
+                continue;
+            }
+            out.truncate(start);
         }
+        more += 1;
     }
-    if listed.is_empty() && more == 0 {
+    if out.len() == 1 && more == 0 {
         return None;
     }
     if more > 0 {
-        listed.push(format!("{{\"more\":{more}}}"));
+        use std::fmt::Write as _;
+        if out.len() > 1 {
+            out.push(',');
+        }
+        let _ = write!(out, "{{\"more\":{more}}}");
     }
-    Some(format!("[{}]", listed.join(",")))
+    out.push(']');
+    Some(out)
 }
 
-/// `entry` as compact JSON, written directly (this runs for every binding
-/// that changes an object).
-fn entry_text(entry: &Entry) -> String {
-    let mut out = String::with_capacity(128);
-    let quoted = |out: &mut String, text: &str| {
-        out.push_str(&serde_json::to_string(text).unwrap_or_default());
-    };
+/// Appends `entry` as compact JSON, written directly (this runs for every
+/// binding that changes an object).
+fn write_entry(out: &mut String, entry: &Entry) {
     let list = |out: &mut String, paths: &[String]| {
         out.push('[');
         for (i, p) in paths.iter().take(PATHS_PER_ENTRY).enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            quoted(out, p);
+            push_quoted(out, p);
         }
         if paths.len() > PATHS_PER_ENTRY {
-            out.push_str(&format!(",\"and {} more\"", paths.len() - PATHS_PER_ENTRY));
+            use std::fmt::Write as _;
+            let _ = write!(out, ",\"and {} more\"", paths.len() - PATHS_PER_ENTRY);
         }
         out.push(']');
     };
@@ -289,28 +297,30 @@ fn entry_text(entry: &Entry) -> String {
         } => (policy, binding),
     };
     out.push_str("{\"policy\":");
-    quoted(&mut out, policy);
+    push_quoted(out, policy);
     out.push_str(",\"binding\":");
-    quoted(&mut out, binding);
+    push_quoted(out, binding);
     match entry {
         Entry::Changed { set, removed, .. } => {
             if !set.is_empty() {
                 out.push_str(",\"set\":");
-                list(&mut out, set);
+                list(out, set);
             }
             if !removed.is_empty() {
                 out.push_str(",\"removed\":");
-                list(&mut out, removed);
+                list(out, removed);
             }
         }
         Entry::Failed { message, .. } => {
             out.push_str(",\"error\":");
-            let message: String = message.chars().take(512).collect();
-            quoted(&mut out, &message);
+            let cut = message
+                .char_indices()
+                .nth(512)
+                .map_or(message.len(), |(i, _)| i);
+            push_quoted(out, &message[..cut]);
         }
     }
     out.push('}');
-    out
 }
 
 fn shortened(text: String) -> String {
@@ -337,8 +347,8 @@ mod tests {
             policy,
             binding: "b",
             monitored,
-            set,
-            removed,
+            set: set.to_vec(),
+            removed: removed.to_vec(),
         }
     }
 
@@ -347,8 +357,8 @@ mod tests {
         let set = ["spec.a".to_string(), "spec.c".to_string()];
         let removed = ["spec.b".to_string()];
         let mut seen = Attribution::default();
-        seen.record(&change("p1", false, &set, &removed));
-        seen.record(&change("p2", true, &set, &removed));
+        seen.record(change("p1", false, &set, &removed));
+        seen.record(change("p2", true, &set, &removed));
         seen.record_error(
             "p3",
             "b",
@@ -385,7 +395,7 @@ mod tests {
         let mut seen = Attribution::default();
         let names: Vec<String> = (0..40).map(|i| format!("policy-{i}")).collect();
         for name in &names {
-            seen.record(&change(name, false, &set, &[]));
+            seen.record(change(name, false, &set, &[]));
         }
         let value = &seen.audit_annotations(true)[CHANGES_KEY];
         assert!(value.len() <= ANNOTATION_LIMIT, "{}", value.len());

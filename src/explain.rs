@@ -313,7 +313,7 @@ impl AdmissionObserver for ExplainObserver {
         true
     }
 
-    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+    fn binding_changed(&self, change: crate::dispatch::BindingChange<'_>) {
         if change.monitored {
             self.monitored.borrow_mut().record(change);
         }

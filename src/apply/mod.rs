@@ -354,7 +354,7 @@ fn admit_one(
 struct MonitoredBindings(std::cell::RefCell<crate::attribution::Attribution>);
 
 impl crate::dispatch::AdmissionObserver for MonitoredBindings {
-    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+    fn binding_changed(&self, change: crate::dispatch::BindingChange<'_>) {
         self.0.borrow_mut().record(change);
     }
 

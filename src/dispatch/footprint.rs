@@ -20,19 +20,26 @@ pub(super) enum Written {
     Known(Vec<String>, Vec<String>),
     /// An apply configuration with lists: which item of a map list each of
     /// its items merges into is known only in the merged object.
-    AfterMerge(Json),
+    AfterMerge,
 }
 
 impl Written {
-    /// The fields set and removed, given the object the mutation made.
-    pub(super) fn resolve(self, merged: &Json, ty: &TypeRef) -> (Vec<String>, Vec<String>) {
-        match self {
-            Written::Known(set, removed) => (set, removed),
-            Written::AfterMerge(patch) => {
+    /// The fields set and removed, given the mutation `value` and the
+    /// object it made.
+    pub(super) fn resolve(
+        self,
+        value: &super::MutationValue,
+        merged: &Json,
+        ty: &TypeRef,
+    ) -> (Vec<String>, Vec<String>) {
+        match (self, value) {
+            (Written::Known(set, removed), _) => (set, removed),
+            (Written::AfterMerge, super::MutationValue::Apply(applied)) => {
                 let mut set = Vec::new();
-                of_merged_apply_configuration(&patch, merged, ty, &mut set);
+                of_merged_apply_configuration(&applied.patch, merged, ty, &mut set);
                 (set, Vec::new())
             }
+            (Written::AfterMerge, super::MutationValue::Patch(_)) => (Vec::new(), Vec::new()),
         }
     }
 }
@@ -42,7 +49,7 @@ pub(super) fn of_mutation(value: &super::MutationValue, object: &Json) -> Writte
     let (mut set, mut removed) = (Vec::new(), Vec::new());
     match value {
         super::MutationValue::Apply(applied) if has_list(&applied.patch) => {
-            return Written::AfterMerge(applied.patch.clone())
+            return Written::AfterMerge
         }
         super::MutationValue::Apply(applied) => of_apply_configuration(&applied.patch, &mut set),
         super::MutationValue::Patch(ops) => of_json_patch(ops, object, &mut set, &mut removed),
@@ -206,11 +213,10 @@ pub(crate) fn of_json_patch(
 
 /// Appends `key` to a field path: `.key` for a plain name, `["key"]` else.
 fn push_key(path: &mut String, key: &str) {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !key.starts_with(|c: char| c.is_ascii_digit());
+    let plain = key
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+        && key.bytes().next().is_some_and(|c| !c.is_ascii_digit());
     if plain {
         if !path.is_empty() {
             path.push('.');
@@ -218,19 +224,53 @@ fn push_key(path: &mut String, key: &str) {
         path.push_str(key);
     } else {
         path.push('[');
-        path.push_str(&Json::from(key).to_string());
+        push_quoted(path, key);
         path.push(']');
     }
+}
+
+/// Appends `text` as a JSON string (quoted, escaped as `serde_json` does).
+pub(crate) fn push_quoted(out: &mut String, text: &str) {
+    out.push('"');
+    let mut plain = 0;
+    // Every byte that needs escaping is ASCII, so a byte index is always
+    // a character boundary.
+    for (i, b) in text.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&text[plain..i]);
+        plain = i + 1;
+        if escape.is_empty() {
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(escape);
+        }
+    }
+    out.push_str(&text[plain..]);
+    out.push('"');
 }
 
 /// The field path of the JSON pointer `pointer`, with `document` telling
 /// list indexes from map keys (a token under a list is an index, `-` the
 /// end).
 pub fn field_path(pointer: &str, document: &Json) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(pointer.len() + 8);
     let mut node = Some(document);
     for token in pointer.split('/').skip(1) {
-        let key = token.replace("~1", "/").replace("~0", "~");
+        let key: std::borrow::Cow<str> = match token.contains('~') {
+            true => token.replace("~1", "/").replace("~0", "~").into(),
+            false => token.into(),
+        };
         match node {
             Some(Json::Array(items)) => {
                 out.push('[');
@@ -240,7 +280,7 @@ pub fn field_path(pointer: &str, document: &Json) -> String {
             }
             _ => {
                 push_key(&mut out, &key);
-                node = node.and_then(|n| n.get(&key));
+                node = node.and_then(|n| n.get(key.as_ref()));
             }
         }
     }
@@ -311,9 +351,25 @@ mod tests {
             patch,
             passed: Default::default(),
         });
-        let Written::AfterMerge(_) = of_mutation(&applied, &json!({})) else {
+        let Written::AfterMerge = of_mutation(&applied, &json!({})) else {
             panic!("an apply configuration with lists is told after its merge");
         };
+    }
+
+    #[test]
+    fn a_quoted_key_is_escaped_as_json_escapes_it() {
+        for key in [
+            "a/b",
+            "quote\"d",
+            "back\\slash",
+            "tab\tnew\nline",
+            "bell\u{7}",
+            "ünï",
+        ] {
+            let mut out = String::new();
+            push_quoted(&mut out, key);
+            assert_eq!(out, serde_json::to_string(key).unwrap(), "{key:?}");
+        }
     }
 
     #[test]

@@ -393,7 +393,7 @@ pub trait AdmissionObserver {
 
     /// An invocation of a binding changed the object (a monitored one:
     /// would have changed it).
-    fn binding_changed(&self, _change: &BindingChange<'_>) {}
+    fn binding_changed(&self, _change: BindingChange<'_>) {}
 
     /// A monitored binding failed: reported here, never enforced.
     fn monitored_error(&self, _policy: &str, _binding: &str, _message: &str) {}
@@ -419,9 +419,9 @@ pub struct BindingChange<'a> {
     pub monitored: bool,
     /// The fields its mutations that changed the object set
     /// ([`footprint`]), in the matched version.
-    pub set: &'a [String],
+    pub set: Vec<String>,
     /// The fields they removed.
-    pub removed: &'a [String],
+    pub removed: Vec<String>,
 }
 
 /// One mutation of an invocation and its effect ([`AdmissionObserver::mutation_step`]).
@@ -1286,9 +1286,12 @@ impl PolicySet {
                     None => (&mut state.checks, &mut state.original),
                 };
                 let mut written = None;
+                // Kept past the merge: its footprint is read from it.
+                let mut mutation = None;
                 let applied = result.and_then(|m| {
+                    let m = mutation.insert(m);
                     if attributed {
-                        written = Some(footprint::of_mutation(&m, &versioned));
+                        written = Some(footprint::of_mutation(m, &versioned));
                     }
                     apply_mutation(&mut versioned, m, schema, checks, original)
                 });
@@ -1315,8 +1318,8 @@ impl PolicySet {
                     Ok(changed) => {
                         observe(&versioned, None);
                         invocation_changed |= changed;
-                        if let (true, Some(written)) = (changed, written) {
-                            let (s, r) = written.resolve(&versioned, schema);
+                        if let (true, Some(written), Some(m)) = (changed, written, &mutation) {
+                            let (s, r) = written.resolve(m, &versioned, schema);
                             footprint::extend_unique(&mut set, s);
                             footprint::extend_unique(&mut removed, r);
                         }
@@ -1336,12 +1339,12 @@ impl PolicySet {
                 break;
             }
             if invocation_changed && attributed {
-                observer.binding_changed(&BindingChange {
+                observer.binding_changed(BindingChange {
                     policy: &policy.name,
                     binding: &binding.name,
                     monitored,
-                    set: &set,
-                    removed: &removed,
+                    set: std::mem::take(&mut set),
+                    removed: std::mem::take(&mut removed),
                 });
             }
             if monitored {
@@ -1677,7 +1680,7 @@ fn request_matches(request: &AdmissionRequest, matched: &matching::MatchedAs) ->
 /// error; whether the object changed (a failed JSON patch `test` is a no-op).
 fn apply_mutation(
     object: &mut Json,
-    value: MutationValue,
+    value: &mut MutationValue,
     schema: &crate::schema::TypeRef,
     checks: &mut ObjectChecks,
     original: &mut Original,
@@ -1701,7 +1704,7 @@ fn apply_mutation(
                 apply_configuration_in_place(
                     &mut scratch,
                     live,
-                    applied.patch,
+                    &mut applied.patch,
                     known_patch,
                     schema,
                     None,
@@ -1715,7 +1718,7 @@ fn apply_mutation(
             let changed = apply_configuration_in_place(
                 object,
                 live,
-                applied.patch,
+                &mut applied.patch,
                 known_patch,
                 schema,
                 before_write,
@@ -1727,7 +1730,7 @@ fn apply_mutation(
         }
         // A strict-decoding failure ends the admission, so the object it
         // leaves changed is never used.
-        MutationValue::Patch(ops) => match apply_patch_in_place(object, &ops, before_write) {
+        MutationValue::Patch(ops) => match apply_patch_in_place(object, ops, before_write) {
             Ok(changed) => {
                 // The result is decoded into the kind's Go types: a value of
                 // the wrong type fails before any unknown field is told.
@@ -1737,7 +1740,7 @@ fn apply_mutation(
                         message: format!("Internal error occurred: {err}"),
                     }));
                 }
-                let unknown = checks.strict_errors(schema, &ops, object);
+                let unknown = checks.strict_errors(schema, ops, object);
                 if unknown.is_empty() {
                     round_trip(object, schema, changed);
                     Ok(changed)
@@ -1970,6 +1973,7 @@ fn holds_initializer(v: &dyn Val) -> bool {
 }
 
 mod footprint;
+pub(crate) use footprint::push_quoted;
 
 #[cfg(test)]
 mod index_properties;
@@ -2454,7 +2458,7 @@ mod tests {
         fn wants_changes(&self) -> bool {
             true
         }
-        fn binding_changed(&self, change: &BindingChange<'_>) {
+        fn binding_changed(&self, change: BindingChange<'_>) {
             let paths = change.set.to_vec();
             self.changes.lock().unwrap().push((
                 change.policy.to_string(),

@@ -100,7 +100,7 @@ pub fn apply_configuration_to(
     merge_in_place(
         &mut merged,
         known,
-        patch.clone(),
+        &mut patch.clone(),
         PatchChecks::Unchecked,
         ty,
         None,
@@ -129,15 +129,16 @@ enum Nulls {
 ///
 /// Only the subtrees the patch reaches are rebuilt; the rest of the object is
 /// neither copied nor compared, which is what makes a small patch on a large
-/// object cheap. The patch is taken rather than copied: it is completed
-/// with the object's `apiVersion` and `kind` before it is checked.
+/// object cheap. The patch is completed in place with the object's
+/// `apiVersion` and `kind` before it is checked (rather than copied), and
+/// left so: the caller reads what it wrote from it.
 ///
 /// The configuration is a mutation's, evaluated by CEL: its nulls are
 /// protobuf's (see [`Nulls::Cel`]).
 pub fn apply_configuration_in_place(
     live: &mut Value,
     known: LiveObject,
-    patch: Value,
+    patch: &mut Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
     before_write: Option<&mut dyn FnMut(&Value)>,
@@ -156,7 +157,7 @@ pub fn apply_configuration_in_place(
 fn merge_in_place(
     live: &mut Value,
     known: LiveObject,
-    mut patch: Value,
+    patch: &mut Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
     before_write: Option<&mut dyn FnMut(&Value)>,
@@ -166,7 +167,7 @@ fn merge_in_place(
     // Checks passed before (`known_patch`) had strings, or nothing, in the
     // two fields the patch takes on from the object.
     let mut taken_are_strings = true;
-    if let Value::Object(p) = &mut patch {
+    if let Value::Object(p) = patch {
         for field in ["apiVersion", "kind"] {
             match live.get(field) {
                 Some(v) => {
@@ -182,8 +183,8 @@ fn merge_in_place(
 
     if known_patch == PatchChecks::Unchecked || !taken_are_strings {
         let (errs, met_atomic) = match nulls {
-            Nulls::Json => typed::validate_noting_atomics(schema, &ty.spec, &patch, false),
-            Nulls::Cel => typed::validate_apply_patch(schema, &ty.spec, &patch),
+            Nulls::Json => typed::validate_noting_atomics(schema, &ty.spec, patch, false),
+            Nulls::Cel => typed::validate_apply_patch(schema, &ty.spec, patch),
         };
         if !errs.is_empty() {
             return Err(ApplyError::ConvertPatch(ValidationErrors(errs)));
@@ -193,7 +194,7 @@ fn merge_in_place(
         // paths) has something to find only if the walk met an atomic.
         if met_atomic {
             let mut atomics = Vec::new();
-            find_atomics(schema, &ty.spec, &patch, &mut Vec::new(), &mut atomics, 0);
+            find_atomics(schema, &ty.spec, patch, &mut Vec::new(), &mut atomics, 0);
             if !atomics.is_empty() {
                 return Err(ApplyError::AtomicMutation(atomics));
             }
@@ -208,7 +209,7 @@ fn merge_in_place(
     }
 
     let merger = Merger { schema };
-    let (change, errs) = merger.plan(&ty.spec, live, &patch, 0);
+    let (change, errs) = merger.plan(&ty.spec, live, patch, 0);
     if !errs.is_empty() {
         return Err(ApplyError::Merge(ValidationErrors(errs)));
     }
@@ -1407,7 +1408,7 @@ mod tests {
     fn merge_in_place(
         object: &mut Value,
         known: LiveObject,
-        patch: Value,
+        mut patch: Value,
         known_patch: PatchChecks,
         ty: &TypeRef,
     ) -> (Result<bool, ApplyError>, Vec<Value>) {
@@ -1416,13 +1417,14 @@ mod tests {
         let result = apply_configuration_in_place(
             object,
             known,
-            patch.clone(),
+            &mut patch.clone(),
             known_patch,
             ty,
             Some(&mut |o| seen.push(o.clone())),
         );
         // Untold, it merges the same.
-        let same = apply_configuration_in_place(&mut untold, known, patch, known_patch, ty, None);
+        let same =
+            apply_configuration_in_place(&mut untold, known, &mut patch, known_patch, ty, None);
         assert_eq!((&same, &untold), (&result, &*object));
         (result, seen)
     }
@@ -1903,7 +1905,7 @@ mod tests {
             let err = apply_configuration_in_place(
                 &mut object,
                 LiveObject::Unchecked,
-                patch.clone(),
+                &mut patch.clone(),
                 PatchChecks::Unchecked,
                 &ty,
                 None,

@@ -199,13 +199,13 @@ impl AdmissionObserver for ChangeLog {
         }
     }
 
-    fn binding_changed(&self, change: &BindingChange<'_>) {
+    fn binding_changed(&self, change: BindingChange<'_>) {
         self.changes.borrow_mut().push(Change {
             policy: change.policy.to_string(),
             binding: change.binding.to_string(),
             monitored: change.monitored,
-            set: change.set.to_vec(),
-            removed: change.removed.to_vec(),
+            set: change.set,
+            removed: change.removed,
         });
     }
 }

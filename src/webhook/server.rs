@@ -1641,7 +1641,7 @@ impl AdmissionObserver for RequestObserver<'_> {
         true
     }
 
-    fn binding_changed(&self, change: &crate::dispatch::BindingChange<'_>) {
+    fn binding_changed(&self, change: crate::dispatch::BindingChange<'_>) {
         self.attribution.borrow_mut().record(change);
     }
 
