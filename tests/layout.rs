@@ -58,3 +58,86 @@ fn plain_data_stages_import_nothing_from_the_stages_above() {
         );
     }
 }
+
+/// The sibling modules of `src/cel/` each file names (`super::m` or
+/// `crate::cel::m`), test modules aside; `mod.rs`, which assembles them,
+/// is left out.
+fn cel_module_imports() -> Vec<(String, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cel");
+    let mut modules: Vec<(String, String)> = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = if path.is_dir() {
+            // A module folder (`check/`, `library/`): its files together.
+            let mut text = String::new();
+            for file in std::fs::read_dir(&path).unwrap() {
+                text += &std::fs::read_to_string(file.unwrap().path()).unwrap_or_default();
+            }
+            let own = root.join(format!("{name}.rs"));
+            text + &std::fs::read_to_string(own).unwrap_or_default()
+        } else if name != "mod" && path.extension().is_some_and(|e| e == "rs") {
+            std::fs::read_to_string(&path).unwrap()
+        } else {
+            continue;
+        };
+        if let Some(existing) = modules.iter_mut().find(|(n, _)| *n == name) {
+            existing.1 += &text;
+        } else {
+            modules.push((name, text));
+        }
+    }
+    let names: Vec<String> = modules.iter().map(|(n, _)| n.clone()).collect();
+    modules
+        .iter()
+        .map(|(name, text)| {
+            // Test modules sit at the end of a file.
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+            let mut used: Vec<String> = names
+                .iter()
+                .filter(|other| *other != name)
+                .filter(|other| {
+                    [
+                        format!("super::{other}::"),
+                        format!("super::{other}::{{"),
+                        format!("crate::cel::{other}::"),
+                    ]
+                    .iter()
+                    .any(|p| code.contains(p.as_str()))
+                })
+                .cloned()
+                .collect();
+            used.sort();
+            (name.clone(), used)
+        })
+        .collect()
+}
+
+#[test]
+fn the_cel_modules_import_each_other_without_a_circle() {
+    let graph = cel_module_imports();
+    assert!(
+        graph
+            .iter()
+            .any(|(n, used)| n == "cost" && used.contains(&"ast".to_string())),
+        "the import scan finds nothing: {graph:?}"
+    );
+    // Modules are removed once everything they import is removed; what is
+    // left lies on a circle.
+    let mut left = graph.clone();
+    loop {
+        let ready: Vec<String> = left
+            .iter()
+            .filter(|(_, used)| used.iter().all(|u| !left.iter().any(|(n, _)| n == u)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if ready.is_empty() {
+            break;
+        }
+        left.retain(|(n, _)| !ready.contains(n));
+    }
+    assert!(
+        left.is_empty(),
+        "src/cel/ modules on an import circle: {left:?}"
+    );
+}

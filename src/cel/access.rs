@@ -254,7 +254,7 @@ fn visit(e: &IdedExpr, name: &str, access: &mut Access) {
                 visit(part, name, access);
             }
         }
-        _ => super::for_each_child(e, &mut |child| visit(child, name, access)),
+        _ => super::ast::for_each_child(e, &mut |child| visit(child, name, access)),
     }
 }
 
@@ -375,7 +375,7 @@ fn has_value_operand(e: &IdedExpr) -> Option<&IdedExpr> {
 fn entries_of(e: &IdedExpr) -> Option<&IdedExpr> {
     match &uncharged(e).expr {
         Expr::Call(call)
-            if call.func_name == super::rewrite::ENTRIES_FN
+            if call.func_name == super::ast::ENTRIES_FN
                 && call.target.is_none()
                 && call.args.len() == 1 =>
         {
@@ -431,7 +431,7 @@ fn write_entry_parts(e: &mut IdedExpr, var: &str, key_var: &str, value_var: &str
             }
         }
     }
-    super::rewrite::for_each_child_mut(e, &mut |child| {
+    super::ast::for_each_child_mut(e, &mut |child| {
         write_entry_parts(child, var, key_var, value_var)
     });
 }
@@ -483,9 +483,9 @@ fn key_search(e: &IdedExpr) -> Option<(&str, &IdedExpr)> {
 fn uncharged(e: &IdedExpr) -> &IdedExpr {
     match &e.expr {
         Expr::Call(call)
-            if (call.func_name == super::cost::RANGE_FN
-                || call.func_name == super::cost::DYN_FN
-                || call.func_name == super::cost::SIZE_FN)
+            if (call.func_name == super::ast::RANGE_FN
+                || call.func_name == super::ast::DYN_FN
+                || call.func_name == super::ast::SIZE_FN)
                 && call.args.len() == 2 =>
         {
             &call.args[1]
@@ -573,7 +573,7 @@ fn filter_parts(c: &ComprehensionExpr) -> Option<(&IdedExpr, &IdedExpr)> {
 fn is_ident(e: &IdedExpr, ident: &str) -> bool {
     match &e.expr {
         Expr::Ident(i) => i == ident,
-        Expr::Call(call) if call.func_name == super::cost::ALLOC_FN && call.args.len() == 2 => {
+        Expr::Call(call) if call.func_name == super::ast::ALLOC_FN && call.args.len() == 2 => {
             is_ident(&call.args[1], ident)
         }
         _ => false,
@@ -640,7 +640,7 @@ fn write_literal(e: &mut IdedExpr, var: &str, text: &str) {
             write_literal(&mut c.iter_range, var, text);
             write_literal(&mut c.accu_init, var, text);
         }
-        _ => super::rewrite::for_each_child_mut(e, &mut |child| write_literal(child, var, text)),
+        _ => super::ast::for_each_child_mut(e, &mut |child| write_literal(child, var, text)),
     }
 }
 

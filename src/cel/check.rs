@@ -209,7 +209,7 @@ fn single_variable_exists_one(source: &str) -> Vec<Issue> {
                 });
             }
         }
-        super::for_each_child(e, &mut |c| visit(c, info, out));
+        super::ast::for_each_child(e, &mut |c| visit(c, info, out));
     }
     let mut out = Vec::new();
     if !source.contains("existsOne") {
@@ -1124,7 +1124,7 @@ const CONVERSIONS: &[&str] = &[
 fn plan(e: &IdedExpr, ctx: &Context) -> Result<Planned, String> {
     let mut children = Vec::new();
     let mut failed = None;
-    super::for_each_child(e, &mut |c| {
+    super::ast::for_each_child(e, &mut |c| {
         if failed.is_none() {
             match plan(c, ctx) {
                 Ok(p) => children.push(p),

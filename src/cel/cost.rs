@@ -38,9 +38,12 @@
 //! charged before evaluation rather than as it goes.
 
 use super::access::Access;
+use super::ast::{
+    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, GROWTH_FN, MAP_INSERT_FN, MAP_MERGE_FN, RANGE_FN,
+    SIZE_FN,
+};
 use super::convert::{as_selected_fields, SelectedFields};
 use super::object_types::as_struct;
-use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString};
 use cel::common::value::{CowVal, Val};
@@ -72,28 +75,6 @@ const STRUCT_CREATE: u64 = 40;
 const AUTHZ_CHECK: u64 = 350_000;
 const STRING_TRAVERSAL: f64 = 0.1;
 const REGEX_STRING_LENGTH: f64 = 0.25;
-
-// The meter's functions are looked up by name at every call, in the
-// `cel` crate's sorted map of all function names: several hundred times a
-// request on the example policies. Their names start with `!@`, which
-// sorts before the operators' names (`!_`, `-_`, `@in`, `_+_`, ...) and
-// every identifier, the most called first (the digit after the prefix):
-// the search stops at the first keys of each node it passes.
-
-/// `(n, x)`: charges `n`, returns `x`.
-const CHARGE_FN: &str = "!@0kcost";
-/// `(code, x)`: charges the call `code` names, from `x` and the remembered
-/// size (or the size of a string literal, which `code` carries).
-pub(crate) const DYN_FN: &str = "!@1kcost_call";
-/// `(code, x)`: remembers the size of `x` for the call `code` names.
-pub(crate) const SIZE_FN: &str = "!@2kcost_size";
-/// `(n, x)`: charges `n` and the values a comprehension copies out of its
-/// range `x` into the iteration variable.
-pub(crate) const RANGE_FN: &str = "!@3kcost_range";
-/// `(n, x)`: charges `n` and the values of `x` to the allocation guard.
-pub(crate) const ALLOC_FN: &str = "!@4kcost_alloc";
-/// `(n, x)`: charges `n` and the size of `x` (a copied accumulator).
-const GROWTH_FN: &str = "!@5kcost_growth";
 
 /// The variables of the activation: a call on anything else that spells a
 /// qualified name (`sets.contains(...)`) names a function, not a method.

@@ -291,7 +291,7 @@ impl Walker<'_> {
                 let keep = self.bound.len().saturating_sub(n);
                 self.bound.truncate(keep);
             }
-            _ => super::for_each_child(e, &mut |c| self.visit(c)),
+            _ => super::ast::for_each_child(e, &mut |c| self.visit(c)),
         }
     }
 

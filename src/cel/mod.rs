@@ -3,15 +3,19 @@
 //! `JSONPatch` types, JSON conversions and the Kubernetes libraries.
 
 pub mod access;
+mod ast;
 mod check;
 pub(crate) use check::{DeclaredVariables, ExpectedResult};
 pub mod convert;
 pub mod cost;
 pub mod field_warnings;
 mod library;
+pub mod object_json;
 pub mod object_types;
 mod rewrite;
 pub mod structpb;
+
+use ast::for_each_child;
 
 use cel::common::ast::IdedExpr;
 use cel::{Env, ExecutionError};
@@ -386,48 +390,6 @@ fn collect_identifiers(e: &IdedExpr, out: &mut Vec<String>) {
     for_each_child(e, &mut |c| collect_identifiers(c, out));
 }
 
-/// Calls `f` on each direct sub-expression of `e`.
-fn for_each_child<'e>(e: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
-    use cel::common::ast::{EntryExpr, Expr};
-    match &e.expr {
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                f(t);
-            }
-            c.args.iter().for_each(&mut *f);
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                f(x);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(&mut *f),
-        Expr::Map(m) => {
-            for en in &m.entries {
-                if let EntryExpr::MapEntry(me) = &en.expr {
-                    f(&me.key);
-                    f(&me.value);
-                }
-            }
-        }
-        Expr::Select(sel) => f(&sel.operand),
-        Expr::Struct(st) => {
-            for en in &st.entries {
-                if let EntryExpr::StructField(fe) = &en.expr {
-                    f(&fe.value);
-                }
-            }
-        }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
-}
-
 /// Refuses sources nested deeper than the parser can take on a thread's
 /// stack, before parsing: the parser itself recurses per level.
 fn check_nesting(source: &str) -> Result<(), CompileError> {
@@ -607,7 +569,7 @@ mod tests {
         let ctx = env.context();
         let v = expr.evaluate(&ctx).unwrap();
         let st = object_types::as_struct(v.as_ref()).unwrap();
-        let errs = object_types::check_type_names(st);
+        let errs = object_json::check_type_names(st);
         assert_eq!(errs, vec!["unexpected type name \"Object.specx\", expected \"Object.spec\", which matches field name path from root Object type".to_string()]);
     }
 

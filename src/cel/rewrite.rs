@@ -8,19 +8,13 @@
 //!   `transformList`, `transformMap`, `transformMapEntry`) become ordinary
 //!   comprehensions over `[key, value]` pairs.
 
+use super::ast::{for_each_child_mut, ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use super::object_types::{JSON_PATCH_TYPE, OBJECT_TYPE, TYPE_NAME_FIELD};
 use cel::common::ast::{
     operators, CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr,
     LiteralValue, MapExpr, StructFieldExpr,
 };
 use cel::common::types::{CelBool, CelInt, CelString};
-
-/// Internal function: `[[key, value], ...]` of a list or a map.
-pub const ENTRIES_FN: &str = "@kmutate_entries";
-/// Internal function: map with one more entry (error on a duplicate key).
-pub const MAP_INSERT_FN: &str = "@kmutate_map_insert";
-/// Internal function: union of two maps (error on a duplicate key).
-pub const MAP_MERGE_FN: &str = "@kmutate_map_merge";
 
 const RESULT: &str = "@result";
 
@@ -127,47 +121,6 @@ pub fn optional_struct_fields(e: &mut IdedExpr) {
         }
     }
     for_each_child_mut(e, &mut optional_struct_fields);
-}
-
-/// Calls `f` on each direct sub-expression of `e`.
-pub(crate) fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
-    match &mut e.expr {
-        Expr::Call(call) => {
-            if let Some(t) = call.target.as_mut() {
-                f(t);
-            }
-            call.args.iter_mut().for_each(&mut *f);
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &mut c.iter_range,
-                &mut c.accu_init,
-                &mut c.loop_cond,
-                &mut c.loop_step,
-                &mut c.result,
-            ] {
-                f(x);
-            }
-        }
-        Expr::List(l) => l.elements.iter_mut().for_each(&mut *f),
-        Expr::Map(m) => {
-            for en in m.entries.iter_mut() {
-                if let EntryExpr::MapEntry(me) = &mut en.expr {
-                    f(&mut me.key);
-                    f(&mut me.value);
-                }
-            }
-        }
-        Expr::Select(s) => f(&mut s.operand),
-        Expr::Struct(s) => {
-            for en in s.entries.iter_mut() {
-                if let EntryExpr::StructField(fe) = &mut en.expr {
-                    f(&mut fe.value);
-                }
-            }
-        }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
 }
 
 fn bump(next_id: &mut u64) -> u64 {

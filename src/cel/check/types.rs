@@ -4,7 +4,7 @@
 //! variables upstream declares `dyn` (`object`, `oldObject`, `params`).
 //! Anything else is [`Ty::Unknown`], which no check ever reports on.
 
-use crate::cel::rewrite::ENTRIES_FN;
+use crate::cel::ast::ENTRIES_FN;
 use cel::common::ast::{operators, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use std::sync::Arc;
 

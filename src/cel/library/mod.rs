@@ -17,7 +17,7 @@ pub mod string_format;
 pub mod strings;
 pub mod urls;
 
-use super::rewrite::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
+use super::ast::{ENTRIES_FN, MAP_INSERT_FN, MAP_MERGE_FN};
 use cel::common::types::{self, CelInt, CelList, CelMap, CelMapKey, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
