@@ -9,7 +9,8 @@
 //! annotated: a mutation that wrote its own attribution would change the
 //! object again on every reinvocation.
 
-use crate::dispatch::{push_quoted, BindingChange};
+use crate::dispatch::BindingChange;
+use crate::json_text::extend_quoted;
 
 use std::collections::BTreeMap;
 
@@ -238,14 +239,15 @@ impl Attribution {
 /// `entries` as a JSON list of at most [`ANNOTATION_LIMIT`] bytes, those
 /// beyond it counted in a last `{"more": N}`; none when there are none.
 fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> {
-    let mut out = String::with_capacity(512);
-    out.push('[');
+    // Bytes, made text once: the pieces written are all valid UTF-8.
+    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    out.push(b'[');
     let mut more = 0usize;
     for entry in entries {
         let start = out.len();
         if more == 0 {
             if start > 1 {
-                out.push(',');
+                out.push(b',');
             }
             write_entry(&mut out, entry);
             // Room is kept for the count (a comma, `{"more":N}`) and the
@@ -261,32 +263,34 @@ fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> 
         return None;
     }
     if more > 0 {
-        use std::fmt::Write as _;
         if out.len() > 1 {
-            out.push(',');
+            out.push(b',');
         }
-        let _ = write!(out, "{{\"more\":{more}}}");
+        out.extend_from_slice(format!("{{\"more\":{more}}}").as_bytes());
     }
-    out.push(']');
-    Some(out)
+    out.push(b']');
+    Some(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
 }
 
 /// Appends `entry` as compact JSON, written directly (this runs for every
 /// binding that changes an object).
-fn write_entry(out: &mut String, entry: &Entry) {
-    let list = |out: &mut String, paths: &[String]| {
-        out.push('[');
+fn write_entry(out: &mut Vec<u8>, entry: &Entry) {
+    let list = |out: &mut Vec<u8>, paths: &[String]| {
+        out.push(b'[');
         for (i, p) in paths.iter().take(PATHS_PER_ENTRY).enumerate() {
             if i > 0 {
-                out.push(',');
+                out.push(b',');
             }
-            push_quoted(out, p);
+            extend_quoted(out, p);
         }
         if paths.len() > PATHS_PER_ENTRY {
-            use std::fmt::Write as _;
-            let _ = write!(out, ",\"and {} more\"", paths.len() - PATHS_PER_ENTRY);
+            let more = format!(",\"and {} more\"", paths.len() - PATHS_PER_ENTRY);
+            out.extend_from_slice(more.as_bytes());
         }
-        out.push(']');
+        out.push(b']');
     };
     let (policy, binding) = match entry {
         Entry::Changed {
@@ -296,31 +300,31 @@ fn write_entry(out: &mut String, entry: &Entry) {
             policy, binding, ..
         } => (policy, binding),
     };
-    out.push_str("{\"policy\":");
-    push_quoted(out, policy);
-    out.push_str(",\"binding\":");
-    push_quoted(out, binding);
+    out.extend_from_slice(b"{\"policy\":");
+    extend_quoted(out, policy);
+    out.extend_from_slice(b",\"binding\":");
+    extend_quoted(out, binding);
     match entry {
         Entry::Changed { set, removed, .. } => {
             if !set.is_empty() {
-                out.push_str(",\"set\":");
+                out.extend_from_slice(b",\"set\":");
                 list(out, set);
             }
             if !removed.is_empty() {
-                out.push_str(",\"removed\":");
+                out.extend_from_slice(b",\"removed\":");
                 list(out, removed);
             }
         }
         Entry::Failed { message, .. } => {
-            out.push_str(",\"error\":");
+            out.extend_from_slice(b",\"error\":");
             let cut = message
                 .char_indices()
                 .nth(512)
                 .map_or(message.len(), |(i, _)| i);
-            push_quoted(out, &message[..cut]);
+            extend_quoted(out, &message[..cut]);
         }
     }
-    out.push('}');
+    out.push(b'}');
 }
 
 fn shortened(text: String) -> String {

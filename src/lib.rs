@@ -28,6 +28,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod explain;
 mod gofmt;
+mod json_text;
 pub mod matching;
 pub mod mutation;
 pub mod parallel;

@@ -10,6 +10,7 @@
 //! and upstream's messages write them: `spec.containers[0].resources`,
 //! `metadata.labels["app.kubernetes.io/name"]`.
 
+use crate::json_text::push_quoted;
 use crate::mutation::json_patch::PatchOperation;
 use crate::schema::{TypeCursor, TypeRef};
 use serde_json::Value as Json;
@@ -124,7 +125,31 @@ pub(crate) fn of_merged_apply_configuration(
         }
         let mut path = String::new();
         push_key(&mut path, key);
-        typed_leaves(value, merged.get(key), root.field(key), &mut path, set);
+        typed_member(value, Some(merged), root, key, &mut path, set);
+    }
+}
+
+/// The fields the member `key` of a map (`value` in the patch, under
+/// `merged` in the merged object, of type `ty`) sets, `path` naming it.
+/// The type is followed only down to the lists that need it: a subtree
+/// without one names its leaves as they are.
+fn typed_member(
+    value: &Json,
+    merged: Option<&Json>,
+    ty: TypeCursor<'_>,
+    key: &str,
+    path: &mut String,
+    out: &mut Vec<String>,
+) {
+    match has_list(value) {
+        true => typed_leaves(
+            value,
+            merged.and_then(|m| m.get(key)),
+            ty.field(key),
+            path,
+            out,
+        ),
+        false => leaves(value, path, out),
     }
 }
 
@@ -140,8 +165,7 @@ fn typed_leaves(
             for (key, value) in members {
                 let len = path.len();
                 push_key(path, key);
-                let below = merged.and_then(|m| m.get(key));
-                typed_leaves(value, below, ty.field(key), path, out);
+                typed_member(value, merged, ty, key, path, out);
                 path.truncate(len);
             }
         }
@@ -164,16 +188,15 @@ fn map_list_items(
 ) {
     let keys = ty.key_fields();
     let element = ty.item();
-    for item in items {
-        let (Some(index), Json::Object(members)) = (ty.position_of(merged, item), item) else {
+    for (item, index) in items.iter().zip(ty.positions_of(merged, items)) {
+        let (Some(index), Json::Object(members)) = (index, item) else {
             // Not found again (a merge would have failed): the whole list.
             out.push(path.clone());
             return;
         };
         let len = path.len();
-        path.push('[');
-        path.push_str(&index.to_string());
-        path.push(']');
+        use std::fmt::Write as _;
+        let _ = write!(path, "[{index}]");
         let mut fields = members.iter().filter(|(k, _)| !keys.contains(k)).peekable();
         if fields.peek().is_none() {
             out.push(path.clone());
@@ -181,8 +204,7 @@ fn map_list_items(
         for (key, value) in fields {
             let at = path.len();
             push_key(path, key);
-            let below = merged[index].get(key);
-            typed_leaves(value, below, element.field(key), path, out);
+            typed_member(value, Some(&merged[index]), element, key, path, out);
             path.truncate(at);
         }
         path.truncate(len);
@@ -227,37 +249,6 @@ fn push_key(path: &mut String, key: &str) {
         push_quoted(path, key);
         path.push(']');
     }
-}
-
-/// Appends `text` as a JSON string (quoted, escaped as `serde_json` does).
-pub(crate) fn push_quoted(out: &mut String, text: &str) {
-    out.push('"');
-    let mut plain = 0;
-    // Every byte that needs escaping is ASCII, so a byte index is always
-    // a character boundary.
-    for (i, b) in text.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(&text[plain..i]);
-        plain = i + 1;
-        if escape.is_empty() {
-            use std::fmt::Write as _;
-            let _ = write!(out, "\\u{b:04x}");
-        } else {
-            out.push_str(escape);
-        }
-    }
-    out.push_str(&text[plain..]);
-    out.push('"');
 }
 
 /// The field path of the JSON pointer `pointer`, with `document` telling
@@ -354,22 +345,6 @@ mod tests {
         let Written::AfterMerge = of_mutation(&applied, &json!({})) else {
             panic!("an apply configuration with lists is told after its merge");
         };
-    }
-
-    #[test]
-    fn a_quoted_key_is_escaped_as_json_escapes_it() {
-        for key in [
-            "a/b",
-            "quote\"d",
-            "back\\slash",
-            "tab\tnew\nline",
-            "bell\u{7}",
-            "ünï",
-        ] {
-            let mut out = String::new();
-            push_quoted(&mut out, key);
-            assert_eq!(out, serde_json::to_string(key).unwrap(), "{key:?}");
-        }
     }
 
     #[test]

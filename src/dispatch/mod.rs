@@ -1974,7 +1974,6 @@ fn holds_initializer(v: &dyn Val) -> bool {
 }
 
 mod footprint;
-pub(crate) use footprint::push_quoted;
 
 #[cfg(test)]
 mod index_properties;

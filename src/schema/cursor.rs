@@ -84,12 +84,69 @@ impl<'s> TypeCursor<'s> {
             .iter()
             .position(|item| item_key(self.schema, &list, item).is_ok_and(|k| k == key))
     }
+
+    /// [`TypeCursor::position_of`] for each of `wanted`, the key of each of
+    /// `items` built once.
+    pub fn positions_of(&self, items: &[Value], wanted: &[Value]) -> Vec<Option<usize>> {
+        let Some(list) = self
+            .resolved
+            .and_then(|r| r.list)
+            .filter(|_| !self.key_fields().is_empty())
+        else {
+            return vec![None; wanted.len()];
+        };
+        let keys: Vec<_> = items
+            .iter()
+            .map(|item| item_key(self.schema, &list, item).ok())
+            .collect();
+        wanted
+            .iter()
+            .map(|w| {
+                let key = item_key(self.schema, &list, w).ok()?;
+                keys.iter().position(|k| k.as_ref() == Some(&key))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::SchemaStore;
     use serde_json::json;
+
+    #[test]
+    fn positions_of_many_items_are_their_positions_one_by_one() {
+        let pod = SchemaStore::builtin().lookup("", "v1", "Pod").unwrap();
+        let ports = pod
+            .cursor()
+            .field("spec")
+            .field("containers")
+            .item()
+            .field("ports");
+        let items = [
+            json!({"containerPort": 53, "protocol": "UDP"}),
+            json!({"containerPort": 53}),
+            json!({"containerPort": 80, "protocol": "TCP"}),
+        ];
+        let wanted = [
+            json!({"containerPort": 80}),
+            json!({"containerPort": 53, "protocol": "UDP"}),
+            json!({"containerPort": 53, "protocol": "TCP"}),
+            json!({"containerPort": 9}),
+            json!({"name": "no key"}),
+        ];
+        let one_by_one: Vec<_> = wanted
+            .iter()
+            .map(|w| ports.position_of(&items, w))
+            .collect();
+        assert_eq!(one_by_one, [Some(2), Some(0), Some(1), None, None]);
+        assert_eq!(ports.positions_of(&items, &wanted), one_by_one);
+        let not_a_map_list = pod.cursor().field("spec").field("tolerations");
+        assert_eq!(
+            not_a_map_list.positions_of(&items, &wanted[..2]),
+            [None, None]
+        );
+    }
 
     #[test]
     fn pod_containers_are_identified_by_name_and_ports_by_port_and_protocol() {

@@ -438,8 +438,7 @@ struct ResponseOut<'a> {
     status: Option<StatusOut<'a>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    audit_annotations: &'a std::collections::BTreeMap<String, String>,
+    // `auditAnnotations` is appended after (`append_audit_annotations`).
 }
 
 #[derive(Serialize)]
@@ -492,14 +491,42 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
                 code: *code,
             }),
             warnings: &answer.warnings,
-            audit_annotations: &answer.audit_annotations,
         },
     };
     let mut out = serde_json::to_vec(&review).unwrap_or_default();
+    if !answer.audit_annotations.is_empty() {
+        append_audit_annotations(&mut out, &answer.audit_annotations);
+    }
     if let Some(patch) = &answer.patch {
         append_patch(&mut out, patch);
     }
     out
+}
+
+/// Adds `auditAnnotations` to the end of the `response` object that closes
+/// `review`, the compact text of a [`ReviewOut`]. Their values (JSON lists
+/// of a few KB, full of quotes) are escaped by `json_text`, which writes
+/// the text between escapes whole.
+fn append_audit_annotations(
+    review: &mut Vec<u8>,
+    annotations: &std::collections::BTreeMap<String, String>,
+) {
+    // `response`, never empty, is the last field: the text ends by closing
+    // it and the review.
+    if !review.ends_with(b"}}") {
+        return;
+    }
+    review.truncate(review.len() - 2);
+    review.extend_from_slice(br#","auditAnnotations":{"#);
+    for (i, (key, value)) in annotations.iter().enumerate() {
+        if i > 0 {
+            review.push(b',');
+        }
+        crate::json_text::extend_quoted(review, key);
+        review.push(b':');
+        crate::json_text::extend_quoted(review, value);
+    }
+    review.extend_from_slice(b"}}}");
 }
 
 /// Adds `patchType` and the base64 `patch` to the end of the `response`
@@ -638,6 +665,34 @@ mod tests {
             let refused = decoded(&bad, true).unwrap_err();
             assert_eq!(decoded(&bad, false).unwrap_err(), refused, "{bad}");
         }
+    }
+
+    #[test]
+    fn audit_annotations_come_after_the_warnings_and_before_the_patch() {
+        let original = json!({"metadata": {"labels": {"a": "1"}}});
+        let object = json!({"metadata": {"labels": {"a": "2"}}});
+        let mut answer = Answer::admit(&original, &object, vec!["w \"1\"".into()]);
+        let changes =
+            r#"[{"policy":"p","binding":"b","set":["metadata.labels[\"a\"]"]},"tab\t\u0001"]"#;
+        answer.audit_annotations = [
+            ("changes".to_string(), changes.to_string()),
+            ("monitor\"x".to_string(), "\\".to_string()),
+        ]
+        .into();
+        let text = encode(ReviewVersion::V1, "u1", &answer);
+        let review: Json = serde_json::from_slice(&text).expect("the answer is JSON");
+        assert_eq!(
+            review["response"]["auditAnnotations"],
+            json!({"changes": changes, "monitor\"x": "\\"})
+        );
+        let text = String::from_utf8(text).unwrap();
+        let at = |field: &str| {
+            text.find(field)
+                .unwrap_or_else(|| panic!("{field} in {text}"))
+        };
+        assert!(at("\"warnings\"") < at("\"auditAnnotations\""));
+        assert!(at("\"auditAnnotations\"") < at("\"patchType\""));
+        assert_eq!(review["response"]["patchType"], "JSONPatch");
     }
 
     #[test]
