@@ -81,6 +81,27 @@ pub(crate) fn extend_quoted(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
+/// Appends `json`, the text of a JSON value written compactly (no raw
+/// control character in it), as a JSON string, quoted: only its quotes and
+/// backslashes need escaping, and those are found by `memchr`, many bytes
+/// at a time. Any other text goes through [`extend_quoted`].
+pub(crate) fn extend_quoted_json(out: &mut Vec<u8>, json: &str) {
+    let bytes = json.as_bytes();
+    if bytes.iter().fold(false, |control, &b| control | (b < 0x20)) {
+        return extend_quoted(out, json);
+    }
+    out.reserve(bytes.len() + bytes.len() / 4 + 2);
+    out.push(b'"');
+    let mut plain = 0;
+    for at in memchr::memchr2_iter(b'"', b'\\', bytes) {
+        out.extend_from_slice(&bytes[plain..at]);
+        out.extend_from_slice(&[b'\\', bytes[at]]);
+        plain = at + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+    out.push(b'"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +129,9 @@ mod tests {
             let mut bytes = Vec::new();
             extend_quoted(&mut bytes, text);
             assert_eq!(bytes, expected.as_bytes(), "{text:?}");
+            let mut from_json = Vec::new();
+            extend_quoted_json(&mut from_json, text);
+            assert_eq!(from_json, expected.as_bytes(), "{text:?}");
         }
     }
 }

@@ -151,12 +151,13 @@ const CHECK_SERIES_KEPT: usize = 4096;
 type CheckSeriesCache =
     HashMap<(u64, usize, usize, ErrorType), CheckSeries, foldhash::fast::RandomState>;
 
-/// The binding counters a thread has used, by metrics instance, family,
-/// policy and binding (one key text), with the text of the key looked up.
-type BindingSeriesCache = (
-    String,
-    HashMap<String, Counter, foldhash::fast::RandomState>,
-);
+/// The binding counters a thread has used, by metrics instance and family,
+/// then policy, then binding.
+type BindingSeriesCache =
+    HashMap<(u64, char), HashMap<String, HashMap<String, Counter, FastHash>, FastHash>, FastHash>;
+
+/// The hasher of the thread's series caches.
+type FastHash = foldhash::fast::RandomState;
 
 thread_local! {
     static CHECK_SERIES: RefCell<CheckSeriesCache> = RefCell::default();
@@ -373,7 +374,8 @@ impl Metrics {
     /// The counter of `policy` and `binding` in `family` (`kind` tells the
     /// families apart), found once per thread: each admission counts one per
     /// binding that changed the object, and finding it in the family takes
-    /// two label strings and a lock.
+    /// two label strings and a lock. The thread's cache is looked up by the
+    /// names as they are (nested maps), with nothing formatted.
     fn binding_counter(
         &self,
         family: &Family<BindingLabels, Counter>,
@@ -381,20 +383,32 @@ impl Metrics {
         policy: &str,
         binding: &str,
     ) -> Counter {
-        BINDING_SERIES.with_borrow_mut(|(key, cache)| {
-            key.clear();
-            use std::fmt::Write as _;
-            let _ = write!(key, "{}\u{0}{kind}\u{0}{policy}\u{0}{binding}", self.id);
-            if let Some(counter) = cache.get(key.as_str()) {
+        BINDING_SERIES.with_borrow_mut(|cache| {
+            if let Some(counter) = cache
+                .get(&(self.id, kind))
+                .and_then(|policies| policies.get(policy))
+                .and_then(|bindings| bindings.get(binding))
+            {
                 return counter.clone();
             }
-            if cache.len() >= CHECK_SERIES_KEPT {
+            if cache
+                .values()
+                .flat_map(|p| p.values())
+                .map(|b| b.len())
+                .sum::<usize>()
+                >= CHECK_SERIES_KEPT
+            {
                 cache.clear();
             }
             let counter = family
                 .get_or_create(&binding_labels(policy, binding))
                 .clone();
-            cache.insert(key.clone(), counter.clone());
+            cache
+                .entry((self.id, kind))
+                .or_default()
+                .entry(policy.to_string())
+                .or_default()
+                .insert(binding.to_string(), counter.clone());
             counter
         })
     }

@@ -524,7 +524,8 @@ fn append_audit_annotations(
         }
         crate::json_text::extend_quoted(review, key);
         review.push(b':');
-        crate::json_text::extend_quoted(review, value);
+        // Attribution's values are JSON lists.
+        crate::json_text::extend_quoted_json(review, value);
     }
     review.extend_from_slice(b"}}}");
 }
