@@ -952,27 +952,20 @@ impl PolicySet {
         Ok(())
     }
 
-    /// Runs one binding of one policy (the request's `candidate`th):
-    /// matching (the prematch's, where it holds), params, and an invocation
-    /// per param (match conditions, then the mutations in order). A
-    /// `monitored` one mutates a copy of the object, which it drops, and
-    /// takes no part in reinvocation.
-    fn invoke_binding(
+    /// The invocations of one binding (the request's `candidate`th) that
+    /// run in this pass: its matching (the prematch's, where it holds), its
+    /// params, and each one's reinvocation key (IfNeeded policies only).
+    /// None when nothing runs; a configuration error is recorded first.
+    fn invocations(
         &self,
         compiled: &CompiledPolicy,
         candidate: usize,
         binding: &Binding,
         ctx: &AdmissionContext<'_>,
         state: &mut AdmissionState<'_>,
-        monitored: bool,
-    ) -> Result<(), StatusError> {
+    ) -> Option<Invocations> {
         let policy = &compiled.policy;
-        let error = |message: String| PolicyError {
-            policy: policy.name.clone(),
-            binding: binding.name.clone(),
-            failure_policy: policy.failure_policy,
-            message,
-        };
+        let error = |message: String| binding_error(policy, binding, message);
         let prematched = match &mut state.prematch {
             // The first pass, on the object as matched, or on a changed one
             // that the binding's matching does not read.
@@ -991,29 +984,29 @@ impl PolicySet {
         };
         let matched = match matching.policy {
             Ok(Some(m)) => m,
-            Ok(None) => return Ok(()),
+            Ok(None) => return None,
             Err(e) => {
                 state
                     .config_errors
                     .push(error(format!("failed to configure policy: {e}")));
-                return Ok(());
+                return None;
             }
         };
         match matching.binding {
             None | Some(Ok(Some(_))) => {}
-            Some(Ok(None)) => return Ok(()),
+            Some(Ok(None)) => return None,
             Some(Err(e)) => {
                 state
                     .config_errors
                     .push(error(format!("failed to configure binding: {e}")));
-                return Ok(());
+                return None;
             }
         }
         let params = match params::collect(policy, binding, &state.attrs, ctx) {
             Ok(p) => p,
             Err(e) => {
                 state.config_errors.push(error(e));
-                return Ok(());
+                return None;
             }
         };
         if params.is_empty() {
@@ -1023,7 +1016,7 @@ impl PolicySet {
                 None,
                 SkipReason::ParamNotFound,
             );
-            return Ok(());
+            return None;
         }
         // The invocation keys of the reinvocation bookkeeping, which only
         // IfNeeded invocations enter; in the reinvocation pass, a binding
@@ -1045,9 +1038,40 @@ impl PolicySet {
             .collect();
         if let Some(set) = &state.reinvoke {
             if !keys.iter().flatten().any(|key| set.contains(key)) {
-                return Ok(());
+                return None;
             }
         }
+        Some(Invocations {
+            matched,
+            params,
+            keys,
+        })
+    }
+
+    /// Runs one binding of one policy (the request's `candidate`th):
+    /// matching (the prematch's, where it holds), params, and an invocation
+    /// per param (match conditions, then the mutations in order). A
+    /// `monitored` one mutates a copy of the object, which it drops, and
+    /// takes no part in reinvocation.
+    fn invoke_binding(
+        &self,
+        compiled: &CompiledPolicy,
+        candidate: usize,
+        binding: &Binding,
+        ctx: &AdmissionContext<'_>,
+        state: &mut AdmissionState<'_>,
+        monitored: bool,
+    ) -> Result<(), StatusError> {
+        let policy = &compiled.policy;
+        let error = |message: String| binding_error(policy, binding, message);
+        let Some(Invocations {
+            matched,
+            params,
+            keys,
+        }) = self.invocations(compiled, candidate, binding, ctx, state)
+        else {
+            return Ok(());
+        };
         // The object in the matched version (CRD versions differ only by
         // apiVersion); a monitored binding's copy of it.
         let taken = match monitored {
@@ -1376,6 +1400,26 @@ impl PolicySet {
         state.attrs.object = Some(versioned);
         outcome
     }
+}
+
+/// An error of `policy` under `binding`.
+fn binding_error(policy: &Policy, binding: &Binding, message: String) -> PolicyError {
+    PolicyError {
+        policy: policy.name.clone(),
+        binding: binding.name.clone(),
+        failure_policy: policy.failure_policy,
+        message,
+    }
+}
+
+/// What [`PolicySet::invocations`] found to run for one binding.
+struct Invocations {
+    /// How the request matched the policy.
+    matched: matching::MatchedAs,
+    /// One invocation per param (`None`: null params).
+    params: params::Params,
+    /// Each invocation's reinvocation key (IfNeeded policies only).
+    keys: smallvec::SmallVec<[Option<String>; 1]>,
 }
 
 /// What an invocation's match conditions decided.
