@@ -415,14 +415,17 @@ async fn upstream_agrees(client: &kube::Client, denial: &str) {
     for object in policies() {
         kas::create(client, &object).await.unwrap();
     }
-    // The apiserver reads new policies within a few seconds.
-    let probe = config_map("probe", json!({}), json!({}));
+    // The apiserver reads new policies within a few seconds, each on its
+    // own: the probe waits for both (one labels every ConfigMap, the other
+    // those with a size).
+    let probe = config_map("probe", json!({}), json!({"size": "1"}));
     support::eventually(Duration::from_secs(30), || async {
         let made = kas::dry_run_create(client, &probe).await.ok()?;
-        made["metadata"]["labels"].get("scanned").map(drop)
+        let labels = &made["metadata"]["labels"];
+        (labels.get("scanned").is_some() && labels.get("size").is_some()).then_some(())
     })
     .await
-    .expect("the apiserver applies the policies");
+    .expect("the apiserver applies both policies");
     for (name, data) in [("plain", json!({})), ("sized", json!({"size": "3"}))] {
         let stored = get(client, &config_map(name, json!({}), json!({}))).await;
         let copy = config_map(&format!("{name}-copy"), json!({}), data);
