@@ -1238,6 +1238,31 @@ fn resource_label(request: &AdmissionRequest) -> String {
     label
 }
 
+/// How often a request that came before the first policy set looks again.
+const ENGINE_POLL: Duration = Duration::from_millis(5);
+
+/// The engine in force, waited for until `deadline` when none is yet: a
+/// replica accepts connections before its policies are compiled (its peers
+/// and probes need the listener), and whatever routes to it before it is
+/// ready (a proxy, a Service between probes) must not see its requests
+/// refused; compiling takes milliseconds. The slot is shared with the
+/// sources, which publish without telling anyone, so it is polled, and only
+/// on this path.
+async fn engine_when_loaded(
+    slot: &ArcSwapOption<Engine>,
+    deadline: tokio::time::Instant,
+) -> Option<Arc<Engine>> {
+    loop {
+        if let Some(engine) = slot.load_full() {
+            return Some(engine);
+        }
+        if tokio::time::Instant::now() + ENGINE_POLL > deadline {
+            return None;
+        }
+        tokio::time::sleep(ENGINE_POLL).await;
+    }
+}
+
 async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + shared.timeout);
@@ -1305,7 +1330,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
     }
 
     // One load of the engine in force: the whole request uses it.
-    let Some(mut engine) = shared.engine.load_full() else {
+    let Some(mut engine) = engine_when_loaded(&shared.engine, deadline).await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "policies not loaded yet");
     };
 
@@ -1846,5 +1871,41 @@ fn evaluate(
                 Some((object, observer.first_pass.into_inner())),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authorizer::AlwaysDeny;
+
+    fn empty_engine() -> Arc<Engine> {
+        let dir = std::env::temp_dir().join("kmutate-no-policies");
+        Arc::new(Engine::load(
+            &EngineSources::under(&dir),
+            Box::new(AlwaysDeny),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_request_before_the_first_policy_set_waits_for_it() {
+        let slot = Arc::new(ArcSwapOption::<Engine>::empty());
+        let publisher = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                slot.store(Some(empty_engine()));
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        assert!(engine_when_loaded(&slot, deadline).await.is_some());
+        publisher.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_is_refused_when_no_policy_set_comes_before_its_deadline() {
+        let slot = ArcSwapOption::<Engine>::empty();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(30);
+        assert!(engine_when_loaded(&slot, deadline).await.is_none());
     }
 }
