@@ -10,7 +10,7 @@
 //! object again on every reinvocation.
 
 use crate::dispatch::BindingChange;
-use crate::json_text::extend_quoted;
+use crate::json_text::push_quoted;
 
 use std::collections::BTreeMap;
 
@@ -239,15 +239,14 @@ impl Attribution {
 /// `entries` as a JSON list of at most [`ANNOTATION_LIMIT`] bytes, those
 /// beyond it counted in a last `{"more": N}`; none when there are none.
 fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> {
-    // Bytes, made text once: the pieces written are all valid UTF-8.
-    let mut out: Vec<u8> = Vec::with_capacity(1024);
-    out.push(b'[');
+    let mut out = String::with_capacity(1024);
+    out.push('[');
     let mut more = 0usize;
     for entry in entries {
         let start = out.len();
         if more == 0 {
             if start > 1 {
-                out.push(b',');
+                out.push(',');
             }
             write_entry(&mut out, entry);
             // Room is kept for the count (a comma, `{"more":N}`) and the
@@ -264,33 +263,30 @@ fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> 
     }
     if more > 0 {
         if out.len() > 1 {
-            out.push(b',');
+            out.push(',');
         }
-        out.extend_from_slice(format!("{{\"more\":{more}}}").as_bytes());
+        out.push_str(&format!("{{\"more\":{more}}}"));
     }
-    out.push(b']');
-    Some(
-        String::from_utf8(out)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-    )
+    out.push(']');
+    Some(out)
 }
 
 /// Appends `entry` as compact JSON, written directly (this runs for every
 /// binding that changes an object).
-fn write_entry(out: &mut Vec<u8>, entry: &Entry) {
-    let list = |out: &mut Vec<u8>, paths: &[String]| {
-        out.push(b'[');
+fn write_entry(out: &mut String, entry: &Entry) {
+    let list = |out: &mut String, paths: &[String]| {
+        out.push('[');
         for (i, p) in paths.iter().take(PATHS_PER_ENTRY).enumerate() {
             if i > 0 {
-                out.push(b',');
+                out.push(',');
             }
-            extend_quoted(out, p);
+            push_quoted(out, p);
         }
         if paths.len() > PATHS_PER_ENTRY {
             let more = format!(",\"and {} more\"", paths.len() - PATHS_PER_ENTRY);
-            out.extend_from_slice(more.as_bytes());
+            out.push_str(&more);
         }
-        out.push(b']');
+        out.push(']');
     };
     let (policy, binding) = match entry {
         Entry::Changed {
@@ -300,31 +296,31 @@ fn write_entry(out: &mut Vec<u8>, entry: &Entry) {
             policy, binding, ..
         } => (policy, binding),
     };
-    out.extend_from_slice(b"{\"policy\":");
-    extend_quoted(out, policy);
-    out.extend_from_slice(b",\"binding\":");
-    extend_quoted(out, binding);
+    out.push_str("{\"policy\":");
+    push_quoted(out, policy);
+    out.push_str(",\"binding\":");
+    push_quoted(out, binding);
     match entry {
         Entry::Changed { set, removed, .. } => {
             if !set.is_empty() {
-                out.extend_from_slice(b",\"set\":");
+                out.push_str(",\"set\":");
                 list(out, set);
             }
             if !removed.is_empty() {
-                out.extend_from_slice(b",\"removed\":");
+                out.push_str(",\"removed\":");
                 list(out, removed);
             }
         }
         Entry::Failed { message, .. } => {
-            out.extend_from_slice(b",\"error\":");
+            out.push_str(",\"error\":");
             let cut = message
                 .char_indices()
                 .nth(512)
                 .map_or(message.len(), |(i, _)| i);
-            extend_quoted(out, &message[..cut]);
+            push_quoted(out, &message[..cut]);
         }
     }
-    out.push(b'}');
+    out.push('}');
 }
 
 fn shortened(text: String) -> String {

@@ -3,102 +3,114 @@
 //! names into every patched answer, and a serializer would write each
 //! escape as a separate fragment.
 
-/// For each byte: the character that follows the backslash of its escape,
-/// `u` for `\u00XX`, 0 when it stands as it is. Every byte that needs an
-/// escape is ASCII, so the text between escapes is always whole characters.
-static ESCAPE: [u8; 256] = {
-    let mut table = [0u8; 256];
+/// The bytes a JSON string escapes: the control characters, the quote and
+/// the backslash. All are ASCII, so the text between escapes is always
+/// whole characters.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
     let mut byte = 0;
     while byte < 0x20 {
-        table[byte] = b'u';
+        table[byte] = true;
         byte += 1;
     }
-    table[0x08] = b'b';
-    table[0x09] = b't';
-    table[0x0a] = b'n';
-    table[0x0c] = b'f';
-    table[0x0d] = b'r';
-    table[b'"' as usize] = b'"';
-    table[b'\\' as usize] = b'\\';
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
     table
 };
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Where a quoted string is written: a `String` or the bytes of a JSON text.
+pub(crate) trait QuotedOut {
+    /// Appends `text`.
+    fn put(&mut self, text: &str);
+    /// Makes room for `more` bytes.
+    fn reserve_for(&mut self, more: usize);
+}
 
-/// The first byte at or after `from` that needs an escape: its index and
-/// the character after its backslash.
-fn next_escape(bytes: &[u8], from: usize) -> Option<(usize, u8)> {
-    let at = from
-        + bytes[from..]
-            .iter()
-            .position(|&b| ESCAPE[usize::from(b)] != 0)?;
-    Some((at, ESCAPE[usize::from(bytes[at])]))
+impl QuotedOut for String {
+    fn put(&mut self, text: &str) {
+        self.push_str(text);
+    }
+    fn reserve_for(&mut self, more: usize) {
+        self.reserve(more);
+    }
+}
+
+impl QuotedOut for Vec<u8> {
+    fn put(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+    fn reserve_for(&mut self, more: usize) {
+        self.reserve(more);
+    }
 }
 
 /// Appends `text` as a JSON string, quoted.
-pub(crate) fn push_quoted(out: &mut String, text: &str) {
-    out.push('"');
-    let mut plain = 0;
-    while let Some((at, escape)) = next_escape(text.as_bytes(), plain) {
-        out.push_str(&text[plain..at]);
-        out.push('\\');
-        out.push(char::from(escape));
-        if escape == b'u' {
-            let byte = text.as_bytes()[at];
-            out.push_str("00");
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0xf)]));
-        }
-        plain = at + 1;
-    }
-    out.push_str(&text[plain..]);
-    out.push('"');
-}
-
-/// Appends `text` as a JSON string, quoted, to JSON bytes.
-pub(crate) fn extend_quoted(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn push_quoted(out: &mut impl QuotedOut, text: &str) {
     let bytes = text.as_bytes();
     // Room for the text, its quotes and a few escapes: one growth at most.
-    out.reserve(bytes.len() + bytes.len() / 4 + 2);
-    out.push(b'"');
+    out.reserve_for(bytes.len() + bytes.len() / 4 + 2);
+    out.put("\"");
     let mut plain = 0;
-    while let Some((at, escape)) = next_escape(bytes, plain) {
-        out.extend_from_slice(&bytes[plain..at]);
-        match escape {
-            b'u' => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(bytes[at] >> 4)],
-                HEX[usize::from(bytes[at] & 0xf)],
-            ]),
-            _ => out.extend_from_slice(&[b'\\', escape]),
+    // Control characters are rare: without them only quotes and
+    // backslashes need escaping, found by `memchr` many bytes at a time
+    // (the check for them is one vectorized pass).
+    if bytes.iter().fold(false, |control, &b| control | (b < 0x20)) {
+        let escaped = (0..bytes.len()).filter(|&at| NEEDS_ESCAPE[usize::from(bytes[at])]);
+        for at in escaped {
+            plain = escape(out, text, plain, at);
         }
-        plain = at + 1;
+    } else {
+        for at in memchr::memchr2_iter(b'"', b'\\', bytes) {
+            plain = escape(out, text, plain, at);
+        }
     }
-    out.extend_from_slice(&bytes[plain..]);
-    out.push(b'"');
+    out.put(&text[plain..]);
+    out.put("\"");
 }
 
-/// Appends `json`, the text of a JSON value written compactly (no raw
-/// control character in it), as a JSON string, quoted: only its quotes and
-/// backslashes need escaping, and those are found by `memchr`, many bytes
-/// at a time. Any other text goes through [`extend_quoted`].
-pub(crate) fn extend_quoted_json(out: &mut Vec<u8>, json: &str) {
+/// Writes `text` from `plain` up to `at`, then the escape of the byte at
+/// `at`; returns where the plain text goes on.
+fn escape(out: &mut impl QuotedOut, text: &str, plain: usize, at: usize) -> usize {
+    out.put(&text[plain..at]);
+    out.put(escape_of(text.as_bytes()[at]));
+    at + 1
+}
+
+/// The escape of `byte`, one of those [`NEEDS_ESCAPE`] marks.
+fn escape_of(byte: u8) -> &'static str {
+    match byte {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        _ => CONTROL.get(usize::from(byte)).copied().unwrap_or_default(),
+    }
+}
+
+/// The escapes of the control characters, by code.
+const CONTROL: [&str; 0x20] = [
+    "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007", "\\b",
+    "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011", "\\u0012",
+    "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019", "\\u001a",
+    "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+];
+
+/// Appends `json`, the compact text of a JSON value, as a JSON string,
+/// quoted. Such text has a quote every few bytes (around each of its
+/// strings), too many for [`push_quoted`]'s search to pay: it is copied
+/// byte by byte into room made for it at once.
+pub(crate) fn push_quoted_json(out: &mut Vec<u8>, json: &str) {
     let bytes = json.as_bytes();
+    // Not compact JSON after all: escaped as any text. (One vectorized pass.)
     if bytes.iter().fold(false, |control, &b| control | (b < 0x20)) {
-        return extend_quoted(out, json);
+        return push_quoted(out, json);
     }
     out.reserve(bytes.len() + bytes.len() / 4 + 2);
     out.push(b'"');
-    let mut plain = 0;
-    for at in memchr::memchr2_iter(b'"', b'\\', bytes) {
-        out.extend_from_slice(&bytes[plain..at]);
-        out.extend_from_slice(&[b'\\', bytes[at]]);
-        plain = at + 1;
+    for &b in bytes {
+        if b == b'"' || b == b'\\' {
+            out.push(b'\\');
+        }
+        out.push(b);
     }
-    out.extend_from_slice(&bytes[plain..]);
     out.push(b'"');
 }
 
@@ -120,6 +132,7 @@ mod tests {
             "bell\u{7}\u{8}\u{c}\u{1f}",
             "ünï\u{2028}",
             "",
+            r#"[{"policy":"p","set":["metadata.labels[\"a\"]"]}]"#,
             &every_ascii,
         ] {
             let expected = serde_json::to_string(text).unwrap();
@@ -127,11 +140,11 @@ mod tests {
             push_quoted(&mut string, text);
             assert_eq!(string, expected, "{text:?}");
             let mut bytes = Vec::new();
-            extend_quoted(&mut bytes, text);
+            push_quoted(&mut bytes, text);
             assert_eq!(bytes, expected.as_bytes(), "{text:?}");
-            let mut from_json = Vec::new();
-            extend_quoted_json(&mut from_json, text);
-            assert_eq!(from_json, expected.as_bytes(), "{text:?}");
+            let mut from_json = b"[".to_vec();
+            push_quoted_json(&mut from_json, text);
+            assert_eq!(from_json[1..], *expected.as_bytes(), "{text:?}");
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `metadata.labels["app.kubernetes.io/name"]`.
 
 use crate::json_text::push_quoted;
+use crate::mutation::apply_configuration::MergedPositions;
 use crate::mutation::json_patch::PatchOperation;
 use crate::schema::{TypeCursor, TypeRef};
 use serde_json::Value as Json;
@@ -37,7 +38,10 @@ impl Written {
             (Written::Known(set, removed), _) => (set, removed),
             (Written::AfterMerge, super::MutationValue::Apply(applied)) => {
                 let mut set = Vec::new();
-                of_merged_apply_configuration(&applied.patch, merged, ty, &mut set);
+                let placed = Placed {
+                    merged: applied.positions.as_ref(),
+                };
+                of_merged_apply_configuration(&applied.patch, merged, ty, placed, &mut set);
                 (set, Vec::new())
             }
             (Written::AfterMerge, super::MutationValue::Patch(_)) => (Vec::new(), Vec::new()),
@@ -45,12 +49,15 @@ impl Written {
     }
 }
 
-/// What `value` writes, on `object` as it is before it.
-pub(super) fn of_mutation(value: &super::MutationValue, object: &Json) -> Written {
+/// What `value` writes, on `object` as it is before it. An apply
+/// configuration with lists is told after its merge, which is asked to
+/// note where their items land.
+pub(super) fn of_mutation(value: &mut super::MutationValue, object: &Json) -> Written {
     let (mut set, mut removed) = (Vec::new(), Vec::new());
     match value {
         super::MutationValue::Apply(applied) if has_list(&applied.patch) => {
-            return Written::AfterMerge
+            applied.positions = Some(MergedPositions::default());
+            return Written::AfterMerge;
         }
         super::MutationValue::Apply(applied) => of_apply_configuration(&applied.patch, &mut set),
         super::MutationValue::Patch(ops) => of_json_patch(ops, object, &mut set, &mut removed),
@@ -113,6 +120,7 @@ pub(crate) fn of_merged_apply_configuration(
     patch: &Json,
     merged: &Json,
     ty: &TypeRef,
+    placed: Placed<'_>,
     set: &mut Vec<String>,
 ) {
     let Json::Object(members) = patch else {
@@ -125,7 +133,26 @@ pub(crate) fn of_merged_apply_configuration(
         }
         let mut path = String::new();
         push_key(&mut path, key);
-        typed_member(value, Some(merged), root, key, &mut path, set);
+        typed_member(value, Some(merged), root, key, placed, &mut path, set);
+    }
+}
+
+/// Where a merge placed a patch's list items, when it said.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Placed<'a> {
+    /// What the merge noted ([`MergedPositions`]).
+    pub(crate) merged: Option<&'a MergedPositions>,
+}
+
+impl Placed<'_> {
+    /// The merged index of each of `items` (a map list of the patch, of
+    /// type `ty`, merged into `merged`): as the merge noted it, else found
+    /// by each item's key.
+    fn positions(&self, items: &[Json], merged: &[Json], ty: TypeCursor<'_>) -> Vec<Option<usize>> {
+        match self.merged.and_then(|m| m.of(items)) {
+            Some(landed) => landed.to_vec(),
+            None => ty.positions_of(merged, items),
+        }
     }
 }
 
@@ -138,6 +165,7 @@ fn typed_member(
     merged: Option<&Json>,
     ty: TypeCursor<'_>,
     key: &str,
+    placed: Placed<'_>,
     path: &mut String,
     out: &mut Vec<String>,
 ) {
@@ -146,6 +174,7 @@ fn typed_member(
             value,
             merged.and_then(|m| m.get(key)),
             ty.field(key),
+            placed,
             path,
             out,
         ),
@@ -157,6 +186,7 @@ fn typed_leaves(
     value: &Json,
     merged: Option<&Json>,
     ty: TypeCursor<'_>,
+    placed: Placed<'_>,
     path: &mut String,
     out: &mut Vec<String>,
 ) {
@@ -165,14 +195,14 @@ fn typed_leaves(
             for (key, value) in members {
                 let len = path.len();
                 push_key(path, key);
-                typed_member(value, merged, ty, key, path, out);
+                typed_member(value, merged, ty, key, placed, path, out);
                 path.truncate(len);
             }
         }
         (Json::Array(items), Some(Json::Array(merged_items)))
             if !items.is_empty() && !ty.key_fields().is_empty() =>
         {
-            map_list_items(items, merged_items, ty, path, out)
+            map_list_items(items, merged_items, ty, placed, path, out)
         }
         _ => out.push(path.clone()),
     }
@@ -183,20 +213,21 @@ fn map_list_items(
     items: &[Json],
     merged: &[Json],
     ty: TypeCursor<'_>,
+    placed: Placed<'_>,
     path: &mut String,
     out: &mut Vec<String>,
 ) {
     let keys = ty.key_fields();
     let element = ty.item();
-    for (item, index) in items.iter().zip(ty.positions_of(merged, items)) {
-        let (Some(index), Json::Object(members)) = (index, item) else {
+    for (item, index) in items.iter().zip(placed.positions(items, merged, ty)) {
+        let (Some(index), Json::Object(members)) = (index.filter(|&i| i < merged.len()), item)
+        else {
             // Not found again (a merge would have failed): the whole list.
             out.push(path.clone());
             return;
         };
         let len = path.len();
-        use std::fmt::Write as _;
-        let _ = write!(path, "[{index}]");
+        push_index(path, index);
         let mut fields = members.iter().filter(|(k, _)| !keys.contains(k)).peekable();
         if fields.peek().is_none() {
             out.push(path.clone());
@@ -204,7 +235,7 @@ fn map_list_items(
         for (key, value) in fields {
             let at = path.len();
             push_key(path, key);
-            typed_member(value, Some(&merged[index]), element, key, path, out);
+            typed_member(value, Some(&merged[index]), element, key, placed, path, out);
             path.truncate(at);
         }
         path.truncate(len);
@@ -233,11 +264,40 @@ pub(crate) fn of_json_patch(
     }
 }
 
+/// Appends `[index]` to a field path (without the formatting machinery:
+/// this runs for every item a mutation writes).
+fn push_index(path: &mut String, index: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = index;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    path.push('[');
+    path.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    path.push(']');
+}
+
+/// The bytes of a plain name in a field path (`.name`).
+static NAME_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let c = byte as u8;
+        table[byte] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+        byte += 1;
+    }
+    table
+};
+
 /// Appends `key` to a field path: `.key` for a plain name, `["key"]` else.
 fn push_key(path: &mut String, key: &str) {
-    let plain = key
-        .bytes()
-        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    let plain = key.bytes().all(|c| NAME_BYTE[usize::from(c)])
         && key.bytes().next().is_some_and(|c| !c.is_ascii_digit());
     if plain {
         if !path.is_empty() {
@@ -258,10 +318,7 @@ pub fn field_path(pointer: &str, document: &Json) -> String {
     let mut out = String::with_capacity(pointer.len() + 8);
     let mut node = Some(document);
     for token in pointer.split('/').skip(1) {
-        let key: std::borrow::Cow<str> = match token.contains('~') {
-            true => token.replace("~1", "/").replace("~0", "~").into(),
-            false => token.into(),
-        };
+        let key = unescape_token(token);
         match node {
             Some(Json::Array(items)) => {
                 out.push('[');
@@ -276,6 +333,31 @@ pub fn field_path(pointer: &str, document: &Json) -> String {
         }
     }
     out
+}
+
+/// A JSON pointer token's text: `~1` is `/`, `~0` is `~` (RFC 6901).
+fn unescape_token(token: &str) -> std::borrow::Cow<'_, str> {
+    if !token.as_bytes().contains(&b'~') {
+        return token.into();
+    }
+    let mut key = String::with_capacity(token.len());
+    let mut rest = token;
+    while let Some(at) = rest.find('~') {
+        key.push_str(&rest[..at]);
+        match rest.as_bytes().get(at + 1) {
+            Some(b'1') => key.push('/'),
+            Some(b'0') => key.push('~'),
+            // Not an escape: kept as it is, as `replace` kept it.
+            _ => {
+                key.push('~');
+                rest = &rest[at + 1..];
+                continue;
+            }
+        }
+        rest = &rest[at + 2..];
+    }
+    key.push_str(rest);
+    key.into()
 }
 
 #[cfg(test)]
@@ -324,27 +406,98 @@ mod tests {
                         {"containerPort": 80, "protocol": "TCP"}]},
                 {"name": "sidecar"}],
             "tolerations": [{"key": "k"}]}});
+        let expected = [
+            // A port's key is its number and protocol (TCP by default):
+            // given whole.
+            "spec.containers[1].ports[1]",
+            "spec.containers[1].resources.limits.cpu",
+            "spec.containers[2]",
+            // An atomic list is written whole.
+            "spec.tolerations",
+        ];
         let mut set = Vec::new();
-        of_merged_apply_configuration(&patch, &merged, &pod, &mut set);
-        assert_eq!(
-            set,
-            [
-                // A port's key is its number and protocol (TCP by default):
-                // given whole.
-                "spec.containers[1].ports[1]",
-                "spec.containers[1].resources.limits.cpu",
-                "spec.containers[2]",
-                // An atomic list is written whole.
-                "spec.tolerations",
-            ]
-        );
-        let applied = super::super::MutationValue::Apply(super::super::AppliedConfiguration {
+        of_merged_apply_configuration(&patch, &merged, &pod, Placed::default(), &mut set);
+        assert_eq!(set, expected);
+
+        // The same merge run for real, which notes where the items landed
+        // (without the atomic list, which a merge refuses).
+        let mut patch = patch;
+        patch["spec"].as_object_mut().unwrap().remove("tolerations");
+        let mut applied = super::super::MutationValue::Apply(super::super::AppliedConfiguration {
             patch,
             passed: Default::default(),
+            positions: None,
         });
-        let Written::AfterMerge = of_mutation(&applied, &json!({})) else {
+        let Written::AfterMerge = of_mutation(&mut applied, &json!({})) else {
             panic!("an apply configuration with lists is told after its merge");
         };
+        let mut object = json!({"apiVersion": "v1", "kind": "Pod", "spec": {
+            "containers": [
+                {"name": "a"},
+                {"name": "b", "ports": [{"containerPort": 53, "protocol": "UDP"},
+                    {"containerPort": 80, "protocol": "TCP"}]}]}});
+        let super::super::MutationValue::Apply(config) = &mut applied else {
+            unreachable!()
+        };
+        crate::mutation::apply_configuration::apply_configuration_in_place(
+            &mut object,
+            crate::mutation::apply_configuration::LiveObject::Unchecked,
+            &mut config.patch,
+            crate::mutation::apply_configuration::PatchChecks::Unchecked,
+            &pod,
+            crate::mutation::apply_configuration::MergeTold {
+                before_write: None,
+                positions: config.positions.as_mut(),
+            },
+        )
+        .unwrap();
+        assert_eq!(object["spec"]["containers"], merged["spec"]["containers"]);
+        let noted = config.positions.as_ref().unwrap();
+        assert!(noted
+            .of(config.patch["spec"]["containers"].as_array().unwrap())
+            .is_some());
+        let (set, removed) = Written::AfterMerge.resolve(&applied, &object, &pod);
+        assert_eq!(set, expected[..3]);
+        assert!(removed.is_empty());
+    }
+
+    #[test]
+    fn indexes_and_keys_are_written_as_kubectl_writes_them() {
+        let mut path = String::from("spec.containers");
+        for index in [0, 7, 10, 12345, usize::MAX] {
+            let len = path.len();
+            push_index(&mut path, index);
+            assert_eq!(path[len..], format!("[{index}]"));
+            path.truncate(len);
+        }
+        for (key, written) in [
+            ("team", ".team"),
+            ("app_name-2", ".app_name-2"),
+            ("app.kubernetes.io/name", r#"["app.kubernetes.io/name"]"#),
+            ("2fa", r#"["2fa"]"#),
+            ("ünï", r#"["ünï"]"#),
+            ("", r#"[""]"#),
+        ] {
+            let mut path = String::from("metadata");
+            push_key(&mut path, key);
+            assert_eq!(path, format!("metadata{written}"), "{key}");
+        }
+    }
+
+    #[test]
+    fn pointer_tokens_are_unescaped_as_rfc_6901_says() {
+        for (token, key) in [
+            ("plain", "plain"),
+            ("a~1b", "a/b"),
+            ("a~0b", "a~b"),
+            // `~01` is `~1`, not `/`: `~0` first becomes `~`.
+            ("~01", "~1"),
+            ("~10", "/0"),
+            ("end~", "end~"),
+            ("~2", "~2"),
+        ] {
+            assert_eq!(unescape_token(token), key, "{token}");
+        }
     }
 
     #[test]

@@ -20,7 +20,9 @@ use crate::cel::object_types::{as_struct, JSON_PATCH_TYPE, OBJECT_TYPE};
 use crate::cel::{CelEnvironment, CompiledExpression, DeclaredVariables, ExpectedResult};
 use crate::matching::index::{self, ResourceIndex};
 use crate::matching::{self, ObjectSeen, ResourceTable};
-use crate::mutation::apply_configuration::{apply_configuration_in_place, PatchChecks};
+use crate::mutation::apply_configuration::{
+    apply_configuration_in_place, MergeTold, MergedPositions, PatchChecks,
+};
 use crate::mutation::diff::Snapshot;
 use crate::mutation::json_patch::{apply_patch_in_place, JsonPatchError, PatchOperation};
 use crate::request::{AdmissionRequest, ClusterObjects, RequestFields};
@@ -1752,7 +1754,7 @@ fn apply_mutation(
                     &mut applied.patch,
                     known_patch,
                     schema,
-                    None,
+                    MergeTold::default(),
                 )
                 .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
                 return Err(StepError::Policy(format!(
@@ -1766,7 +1768,10 @@ fn apply_mutation(
                 &mut applied.patch,
                 known_patch,
                 schema,
-                before_write,
+                MergeTold {
+                    before_write,
+                    positions: applied.positions.as_mut(),
+                },
             )
             .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
@@ -1898,6 +1903,9 @@ struct AppliedConfiguration {
     /// that is kept for reuse: a constant expression's, or the first pass's
     /// result remembered for the reinvocation pass.
     passed: OnceLock<TypeRef>,
+    /// Where the merge placed the patch's list items, when attribution
+    /// asks for them ([`footprint::of_mutation`]).
+    positions: Option<MergedPositions>,
 }
 
 impl AppliedConfiguration {
@@ -1934,6 +1942,7 @@ fn apply_configuration_value(v: &dyn Val) -> Result<MutationValue, String> {
         MutationValue::Apply(AppliedConfiguration {
             patch,
             passed: OnceLock::new(),
+            positions: None,
         })
     })
 }

@@ -5,6 +5,7 @@
 //! `ApplyStructuredMergeDiff`, `validatePatch`, `findAtomics`, and
 //! sigs.k8s.io/structured-merge-diff/v6 `typed.TypedValue.Merge`).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
@@ -103,7 +104,7 @@ pub fn apply_configuration_to(
         &mut patch.clone(),
         PatchChecks::Unchecked,
         ty,
-        None,
+        MergeTold::default(),
         Nulls::Json,
     )?;
     Ok(merged)
@@ -141,17 +142,50 @@ pub fn apply_configuration_in_place(
     patch: &mut Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
-    before_write: Option<&mut dyn FnMut(&Value)>,
+    told: MergeTold<'_>,
 ) -> Result<bool, ApplyError> {
-    merge_in_place(
-        live,
-        known,
-        patch,
-        known_patch,
-        ty,
-        before_write,
-        Nulls::Cel,
-    )
+    merge_in_place(live, known, patch, known_patch, ty, told, Nulls::Cel)
+}
+
+/// What the caller of [`apply_configuration_in_place`] is told of the merge.
+#[derive(Default)]
+pub struct MergeTold<'a> {
+    /// Called with the object right before the merge first writes to it
+    /// (the merge then first finds whether it changes anything).
+    pub before_write: Option<&'a mut dyn FnMut(&Value)>,
+    /// Filled with where the items of the patch's associative lists landed.
+    pub positions: Option<&'a mut MergedPositions>,
+}
+
+/// Where the items of an applied configuration's associative lists landed
+/// in the merged object, as the merge placed them: attribution names an
+/// item by its merged index without finding it again by its key.
+///
+/// A list is known by the address of its items in the patch, so the
+/// positions hold while the patch is neither changed nor dropped.
+#[derive(Clone, Debug, Default)]
+pub struct MergedPositions {
+    lists: Vec<(usize, Vec<Option<usize>>)>,
+}
+
+impl MergedPositions {
+    /// For each of `items` (a list of the merged patch), its index in the
+    /// merged list (`None` for an item the merge left out); `None` for a
+    /// list the merge did not place item by item.
+    pub fn of(&self, items: &[Value]) -> Option<&[Option<usize>]> {
+        let address = items.as_ptr() as usize;
+        self.lists
+            .iter()
+            .find(|(a, landed)| *a == address && landed.len() == items.len())
+            .map(|(_, landed)| landed.as_slice())
+    }
+
+    fn record(&mut self, items: &[Value], landed: Vec<Option<usize>>) {
+        // Every empty list has the same (dangling) address.
+        if !items.is_empty() {
+            self.lists.push((items.as_ptr() as usize, landed));
+        }
+    }
 }
 
 fn merge_in_place(
@@ -160,7 +194,7 @@ fn merge_in_place(
     patch: &mut Value,
     known_patch: PatchChecks,
     ty: &TypeRef,
-    before_write: Option<&mut dyn FnMut(&Value)>,
+    told: MergeTold<'_>,
     nulls: Nulls,
 ) -> Result<bool, ApplyError> {
     let schema: &SchemaData = &ty.schema;
@@ -208,10 +242,22 @@ fn merge_in_place(
         }
     }
 
-    let merger = Merger { schema };
+    let MergeTold {
+        before_write,
+        positions,
+    } = told;
+    let merger = Merger {
+        schema,
+        positions: positions
+            .is_some()
+            .then(|| RefCell::new(MergedPositions::default())),
+    };
     let (change, errs) = merger.plan(&ty.spec, live, patch, 0);
     if !errs.is_empty() {
         return Err(ApplyError::Merge(ValidationErrors(errs)));
+    }
+    if let (Some(recorded), Some(out)) = (merger.positions, positions) {
+        *out = recorded.into_inner();
     }
     match change {
         Change::Set(v) if !v.is_object() => Err(ApplyError::ToObject(
@@ -458,6 +504,8 @@ static NULL: Value = Value::Null;
 /// lhs is the object, rhs the applied configuration.
 struct Merger<'a> {
     schema: &'a SchemaData,
+    /// Where the patch's list items land, when the caller asks.
+    positions: Option<RefCell<MergedPositions>>,
 }
 
 impl<'a> Merger<'a> {
@@ -497,6 +545,18 @@ impl<'a> Merger<'a> {
         }
         let (merged, errs) = self.merge(spec, Some(lhs), Some(rhs), depth);
         (merged.map_or(Change::Remove, Change::Set), errs)
+    }
+
+    /// Where the items of `rhs` land, to be filled when the caller asks.
+    fn landing(&self, rhs: &[Value]) -> Option<Vec<Option<usize>>> {
+        self.positions.as_ref().map(|_| vec![None; rhs.len()])
+    }
+
+    /// Keeps where the items of `rhs` landed.
+    fn record(&self, rhs: &[Value], landed: Option<Vec<Option<usize>>>) {
+        if let (Some(positions), Some(landed)) = (&self.positions, landed) {
+            positions.borrow_mut().record(rhs, landed);
+        }
     }
 
     /// [`Merger::merge_map`] as a change to the non-empty `lmap`.
@@ -624,9 +684,12 @@ impl<'a> Merger<'a> {
             Err(errs) => return (Change::Remove, errs),
         };
         let mut items = Vec::with_capacity(pairs.len());
+        let mut landed = self.landing(rhs);
         // As in `merge_list_items`, the errors of item merges are dropped and
         // an item whose merge gives nothing is left out.
         for (l, r) in pairs {
+            let placed = items.len();
+            let (rhs_index, r) = (r.and_then(|(i, _)| i), r.map(|(_, v)| v));
             match (l, r) {
                 (Some((Some(index), _)), None) => items.push(ItemChange::Keep(index)),
                 (Some((Some(index), l)), Some(r)) => {
@@ -642,7 +705,9 @@ impl<'a> Merger<'a> {
                     }
                 }
             }
+            land(&mut landed, rhs_index, placed, items.len());
         }
+        self.record(rhs, landed);
         if items.is_empty() {
             (Change::Remove, Vec::new())
         } else {
@@ -776,13 +841,17 @@ impl<'a> Merger<'a> {
         };
         // Upstream drops the errors of item merges (the inner `errs` shadows
         // the outer one); an item whose merge fails is left out.
-        let out: Vec<Value> = pairs
-            .into_iter()
-            .filter_map(|(l, r)| {
-                let l = l.map(|(_, v)| v);
-                self.merge(&list.def.element, l, r, depth + 1).0
-            })
-            .collect();
+        let mut out = Vec::with_capacity(pairs.len());
+        let mut landed = self.landing(rhs);
+        for (l, r) in pairs {
+            let placed = out.len();
+            let (l, rhs_index, r) = (l.map(|(_, v)| v), r.and_then(|(i, _)| i), r.map(|(_, v)| v));
+            if let Some(v) = self.merge(&list.def.element, l, r, depth + 1).0 {
+                out.push(v);
+            }
+            land(&mut landed, rhs_index, placed, out.len());
+        }
+        self.record(rhs, landed);
         if out.is_empty() {
             (None, Vec::new())
         } else {
@@ -816,8 +885,7 @@ impl<'a> Merger<'a> {
         // By the applied item's index.
         let mut merged_rhs = vec![false; rhs_ids.len()];
         let mut out = Vec::with_capacity(lhs.len().max(rhs.len()));
-        let mut push =
-            |l: Option<ListItem<'l>>, r: Option<ListItem<'r>>| out.push((l, r.map(|(_, v)| v)));
+        let mut push = |l: Option<ListItem<'l>>, r: Option<ListItem<'r>>| out.push((l, r));
 
         let (llen, rlen) = (lhs_ids.len(), rhs_ids.len());
         let (mut li, mut ri) = (0, 0);
@@ -883,7 +951,22 @@ type ItemIndex<'k, 'q, 'v> = (Vec<&'k ItemKey<'q>>, KeyMap<&'k ItemKey<'q>, List
 type ListItem<'v> = (Option<usize>, &'v Value);
 
 /// An object item and an applied item merged into one item of a list.
-type ItemPair<'l, 'r> = (Option<ListItem<'l>>, Option<&'r Value>);
+type ItemPair<'l, 'r> = (Option<ListItem<'l>>, Option<ListItem<'r>>);
+
+/// Notes in `landed` that the applied item `rhs_index` landed at `placed`
+/// when the merge added an item there (`now` items after it).
+fn land(
+    landed: &mut Option<Vec<Option<usize>>>,
+    rhs_index: Option<usize>,
+    placed: usize,
+    now: usize,
+) {
+    if let (Some(landed), Some(i), true) = (landed, rhs_index, now > placed) {
+        if let Some(slot) = landed.get_mut(i) {
+            *slot = Some(placed);
+        }
+    }
+}
 
 /// The type of a map's field `key`: its declared field, else the map's
 /// element type, else `fallback` (an untyped value).
@@ -1414,19 +1497,107 @@ mod tests {
     ) -> (Result<bool, ApplyError>, Vec<Value>) {
         let mut seen = Vec::new();
         let mut untold = object.clone();
+        let mut positions = MergedPositions::default();
         let result = apply_configuration_in_place(
             object,
             known,
             &mut patch.clone(),
             known_patch,
             ty,
-            Some(&mut |o| seen.push(o.clone())),
+            MergeTold {
+                before_write: Some(&mut |o: &Value| seen.push(o.clone())),
+                positions: Some(&mut positions),
+            },
         );
         // Untold, it merges the same.
-        let same =
-            apply_configuration_in_place(&mut untold, known, &mut patch, known_patch, ty, None);
+        let same = apply_configuration_in_place(
+            &mut untold,
+            known,
+            &mut patch,
+            known_patch,
+            ty,
+            MergeTold::default(),
+        );
         assert_eq!((&same, &untold), (&result, &*object));
         (result, seen)
+    }
+
+    /// The containers of `pod` merged with `patch`, and where the merge
+    /// said each patch container (and each of its ports) landed.
+    fn placed_containers(pod: &Value, patch: Value) -> (Value, Vec<Option<usize>>, Vec<Value>) {
+        let ty = kind("", "v1", "Pod");
+        let mut object = pod.clone();
+        let mut patch = patch;
+        let mut positions = MergedPositions::default();
+        apply_configuration_in_place(
+            &mut object,
+            LiveObject::Unchecked,
+            &mut patch,
+            PatchChecks::Unchecked,
+            &ty,
+            MergeTold {
+                before_write: None,
+                positions: Some(&mut positions),
+            },
+        )
+        .unwrap();
+        let merged = object["spec"]["containers"].clone();
+        let items = patch["spec"]["containers"].as_array().unwrap();
+        let landed = positions
+            .of(items)
+            .expect("the containers are noted")
+            .to_vec();
+        // Each item's ports, where the merged container has them.
+        let ports = items
+            .iter()
+            .zip(&landed)
+            .filter_map(|(item, at)| {
+                let ports = item.get("ports")?.as_array()?;
+                let merged_ports = merged[(*at)?]["ports"].as_array()?;
+                let found = positions.of(ports)?;
+                Some(json!({"landed": found, "names": found.iter().map(|i| i.map(|i| merged_ports[i]["containerPort"].clone())).collect::<Vec<_>>()}))
+            })
+            .collect();
+        (merged, landed, ports)
+    }
+
+    // Upstream's placement (SMD `visitListItems`): the object's items keep
+    // their order, a new item lands after the object's items that precede
+    // the next item both sides share.
+    #[test]
+    fn the_merge_notes_where_each_patch_item_landed() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "image": "a"},
+                {"name": "b", "image": "b", "ports": [{"containerPort": 53, "protocol": "UDP"}]},
+                {"name": "c", "image": "c"}]}});
+        let (merged, landed, ports) = placed_containers(
+            &pod,
+            json!({"spec": {"containers": [
+                {"name": "new"},
+                {"name": "b", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]},
+                {"name": "sidecar"}]}}),
+        );
+        let names: Vec<&str> = merged
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "new", "b", "c", "sidecar"]);
+        assert_eq!(landed, [Some(1), Some(2), Some(4)]);
+        // The object's UDP port keeps its place, the new one follows it... or
+        // precedes the shared one it is listed before.
+        assert_eq!(ports, [json!({"landed": [0, 1], "names": [80, 53]})]);
+
+        // Into a Pod without containers: the patch's order.
+        let empty = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": []}});
+        let (_, landed, _) = placed_containers(
+            &empty,
+            json!({"spec": {"containers": [{"name": "x", "image": "x"}, {"name": "y", "image": "y"}]}}),
+        );
+        assert_eq!(landed, [Some(0), Some(1)]);
     }
 
     #[test]
@@ -1513,7 +1684,10 @@ mod tests {
         assert!(errs.is_empty(), "lhs {lhs}: {errs:?}");
         let errs = typed::validate(&ty.schema, &ty.spec, rhs, false);
         assert!(errs.is_empty(), "rhs {rhs}: {errs:?}");
-        let merger = Merger { schema: &ty.schema };
+        let merger = Merger {
+            schema: &ty.schema,
+            positions: None,
+        };
         let (out, errs) = merger.merge(&ty.spec, Some(lhs), Some(rhs), 0);
         assert!(errs.is_empty(), "merge {lhs} {rhs}: {errs:?}");
         let out = out.unwrap_or(Value::Null);
@@ -1908,7 +2082,7 @@ mod tests {
                 &mut patch.clone(),
                 PatchChecks::Unchecked,
                 &ty,
-                None,
+                MergeTold::default(),
             )
             .unwrap_err();
             assert_eq!(

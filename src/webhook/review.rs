@@ -522,10 +522,10 @@ fn append_audit_annotations(
         if i > 0 {
             review.push(b',');
         }
-        crate::json_text::extend_quoted(review, key);
+        crate::json_text::push_quoted(review, key);
         review.push(b':');
         // Attribution's values are JSON lists.
-        crate::json_text::extend_quoted_json(review, value);
+        crate::json_text::push_quoted_json(review, value);
     }
     review.extend_from_slice(b"}}}");
 }
