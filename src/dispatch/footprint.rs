@@ -13,7 +13,6 @@
 use crate::json_text::push_quoted;
 use crate::mutation::apply_configuration::MergedPositions;
 use crate::mutation::json_patch::PatchOperation;
-use crate::schema::{TypeCursor, TypeRef};
 use serde_json::Value as Json;
 
 /// What a mutation writes, as far as it is known before it is applied.
@@ -26,22 +25,17 @@ pub(super) enum Written {
 }
 
 impl Written {
-    /// The fields set and removed, given the mutation `value` and the
-    /// object it made.
-    pub(super) fn resolve(
-        self,
-        value: &super::MutationValue,
-        merged: &Json,
-        ty: &TypeRef,
-    ) -> (Vec<String>, Vec<String>) {
+    /// The fields set and removed, given the mutation `value`, once merged.
+    pub(super) fn resolve(self, value: &super::MutationValue) -> (Vec<String>, Vec<String>) {
         match (self, value) {
             (Written::Known(set, removed), _) => (set, removed),
             (Written::AfterMerge, super::MutationValue::Apply(applied)) => {
                 let mut set = Vec::new();
-                let placed = Placed {
-                    merged: applied.positions.as_ref(),
-                };
-                of_merged_apply_configuration(&applied.patch, merged, ty, placed, &mut set);
+                match &applied.positions {
+                    Some(placed) => of_merged_apply_configuration(&applied.patch, placed, &mut set),
+                    // Not merged with positions noted: its lists whole.
+                    None => of_apply_configuration(&applied.patch, &mut set),
+                }
                 (set, Vec::new())
             }
             (Written::AfterMerge, super::MutationValue::Patch(_)) => (Vec::new(), Vec::new()),
@@ -112,122 +106,66 @@ fn leaves(value: &Json, path: &mut String, out: &mut Vec<String>) {
     }
 }
 
-/// The fields `patch` (an apply configuration) set in `merged`, the object
-/// it was merged into, whose type is `ty`: an item of a map list is named by
-/// its index in `merged` (`spec.containers[1].resources`), or as a whole
-/// when only its keys are given; other lists are written whole.
+/// The fields `patch` (an apply configuration) set, as its merge placed
+/// them (`placed`): an item of a map list is named by its index in the
+/// merged object (`spec.containers[1].resources`), or as a whole when only
+/// its keys are given; other lists are written whole.
 pub(crate) fn of_merged_apply_configuration(
     patch: &Json,
-    merged: &Json,
-    ty: &TypeRef,
-    placed: Placed<'_>,
+    placed: &MergedPositions,
     set: &mut Vec<String>,
 ) {
     let Json::Object(members) = patch else {
         return;
     };
-    let root = ty.cursor();
     for (key, value) in members {
         if key == "apiVersion" || key == "kind" {
             continue;
         }
         let mut path = String::new();
         push_key(&mut path, key);
-        typed_member(value, Some(merged), root, key, placed, &mut path, set);
+        placed_leaves(value, placed, &mut path, set);
     }
 }
 
-/// Where a merge placed a patch's list items, when it said.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Placed<'a> {
-    /// What the merge noted ([`MergedPositions`]).
-    pub(crate) merged: Option<&'a MergedPositions>,
-}
-
-impl Placed<'_> {
-    /// The merged index of each of `items` (a map list of the patch, of
-    /// type `ty`, merged into `merged`): as the merge noted it, else found
-    /// by each item's key.
-    fn positions(&self, items: &[Json], merged: &[Json], ty: TypeCursor<'_>) -> Vec<Option<usize>> {
-        match self.merged.and_then(|m| m.of(items)) {
-            Some(landed) => landed.to_vec(),
-            None => ty.positions_of(merged, items),
-        }
-    }
-}
-
-/// The fields the member `key` of a map (`value` in the patch, under
-/// `merged` in the merged object, of type `ty`) sets, `path` naming it.
-/// The type is followed only down to the lists that need it: a subtree
-/// without one names its leaves as they are.
-fn typed_member(
-    value: &Json,
-    merged: Option<&Json>,
-    ty: TypeCursor<'_>,
-    key: &str,
-    placed: Placed<'_>,
-    path: &mut String,
-    out: &mut Vec<String>,
-) {
-    match has_list(value) {
-        true => typed_leaves(
-            value,
-            merged.and_then(|m| m.get(key)),
-            ty.field(key),
-            placed,
-            path,
-            out,
-        ),
-        false => leaves(value, path, out),
-    }
-}
-
-fn typed_leaves(
-    value: &Json,
-    merged: Option<&Json>,
-    ty: TypeCursor<'_>,
-    placed: Placed<'_>,
-    path: &mut String,
-    out: &mut Vec<String>,
-) {
-    match (value, merged) {
-        (Json::Object(members), _) if !members.is_empty() => {
+/// [`leaves`], the items of the map lists the merge placed named by their
+/// merged index.
+fn placed_leaves(value: &Json, placed: &MergedPositions, path: &mut String, out: &mut Vec<String>) {
+    match value {
+        Json::Object(members) if !members.is_empty() => {
             for (key, value) in members {
                 let len = path.len();
                 push_key(path, key);
-                typed_member(value, merged, ty, key, placed, path, out);
+                placed_leaves(value, placed, path, out);
                 path.truncate(len);
             }
         }
-        (Json::Array(items), Some(Json::Array(merged_items)))
-            if !items.is_empty() && !ty.key_fields().is_empty() =>
-        {
-            map_list_items(items, merged_items, ty, placed, path, out)
-        }
+        Json::Array(items) => match placed.of(items) {
+            Some((landed, keys)) => map_list_items(items, landed, keys, placed, path, out),
+            None => out.push(path.clone()),
+        },
         _ => out.push(path.clone()),
     }
 }
 
-/// The fields the items of a map list set, each under its merged index.
+/// The fields the items of a map list (with these key fields) set, each
+/// under the index it `landed` at.
 fn map_list_items(
     items: &[Json],
-    merged: &[Json],
-    ty: TypeCursor<'_>,
-    placed: Placed<'_>,
+    landed: &[Option<usize>],
+    keys: &[String],
+    placed: &MergedPositions,
     path: &mut String,
     out: &mut Vec<String>,
 ) {
-    let keys = ty.key_fields();
-    let element = ty.item();
-    for (item, index) in items.iter().zip(placed.positions(items, merged, ty)) {
-        let (Some(index), Json::Object(members)) = (index.filter(|&i| i < merged.len()), item)
-        else {
-            // Not found again (a merge would have failed): the whole list.
+    for (item, index) in items.iter().zip(landed) {
+        let (Some(index), Json::Object(members)) = (index, item) else {
+            // Left out of the merged list: the whole list.
             out.push(path.clone());
             return;
         };
         let len = path.len();
-        push_index(path, index);
+        push_index(path, *index);
         let mut fields = members.iter().filter(|(k, _)| !keys.contains(k)).peekable();
         if fields.peek().is_none() {
             out.push(path.clone());
@@ -235,7 +173,7 @@ fn map_list_items(
         for (key, value) in fields {
             let at = path.len();
             push_key(path, key);
-            typed_member(value, Some(&merged[index]), element, key, placed, path, out);
+            placed_leaves(value, placed, path, out);
             path.truncate(at);
         }
         path.truncate(len);
@@ -385,44 +323,18 @@ mod tests {
         );
     }
 
-    // The merged object as the merge leaves it: the existing container `b`
-    // keeps its place, the new `sidecar` comes after the object's items.
+    // The merge places the existing container `b` where it was and the new
+    // `sidecar` after the object's items; the set `finalizers` has no keys.
     #[test]
     fn a_map_list_item_is_named_by_its_index_in_the_merged_object() {
         let pod = crate::schema::SchemaStore::builtin()
             .lookup("", "v1", "Pod")
             .unwrap();
-        let patch = json!({"spec": {
+        let patch = json!({"metadata": {"finalizers": ["example.com/f"]}, "spec": {
             "containers": [
                 {"name": "b", "resources": {"limits": {"cpu": "1"}},
                     "ports": [{"containerPort": 80}]},
-                {"name": "sidecar"}],
-            "tolerations": [{"key": "k"}]}});
-        let merged = json!({"spec": {
-            "containers": [
-                {"name": "a"},
-                {"name": "b", "resources": {"limits": {"cpu": "1"}},
-                    "ports": [{"containerPort": 53, "protocol": "UDP"},
-                        {"containerPort": 80, "protocol": "TCP"}]},
-                {"name": "sidecar"}],
-            "tolerations": [{"key": "k"}]}});
-        let expected = [
-            // A port's key is its number and protocol (TCP by default):
-            // given whole.
-            "spec.containers[1].ports[1]",
-            "spec.containers[1].resources.limits.cpu",
-            "spec.containers[2]",
-            // An atomic list is written whole.
-            "spec.tolerations",
-        ];
-        let mut set = Vec::new();
-        of_merged_apply_configuration(&patch, &merged, &pod, Placed::default(), &mut set);
-        assert_eq!(set, expected);
-
-        // The same merge run for real, which notes where the items landed
-        // (without the atomic list, which a merge refuses).
-        let mut patch = patch;
-        patch["spec"].as_object_mut().unwrap().remove("tolerations");
+                {"name": "sidecar"}]}});
         let mut applied = super::super::MutationValue::Apply(super::super::AppliedConfiguration {
             patch,
             passed: Default::default(),
@@ -451,13 +363,26 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(object["spec"]["containers"], merged["spec"]["containers"]);
-        let noted = config.positions.as_ref().unwrap();
-        assert!(noted
-            .of(config.patch["spec"]["containers"].as_array().unwrap())
-            .is_some());
-        let (set, removed) = Written::AfterMerge.resolve(&applied, &object, &pod);
-        assert_eq!(set, expected[..3]);
+        let names: Vec<&Json> = object["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["name"])
+            .collect();
+        assert_eq!(names, ["a", "b", "sidecar"]);
+        let (set, removed) = Written::AfterMerge.resolve(&applied);
+        assert_eq!(
+            set,
+            [
+                // A set is written whole.
+                "metadata.finalizers",
+                // A port's key is its number and protocol (TCP by default):
+                // given whole.
+                "spec.containers[1].ports[1]",
+                "spec.containers[1].resources.limits.cpu",
+                "spec.containers[2]",
+            ]
+        );
         assert!(removed.is_empty());
     }
 

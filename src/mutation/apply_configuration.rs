@@ -157,33 +157,50 @@ pub struct MergeTold<'a> {
     pub positions: Option<&'a mut MergedPositions>,
 }
 
-/// Where the items of an applied configuration's associative lists landed
-/// in the merged object, as the merge placed them: attribution names an
-/// item by its merged index without finding it again by its key.
+/// Where the items of an applied configuration's map lists (associative
+/// lists with key fields, such as a Pod's containers) landed in the merged
+/// object, as the merge placed them: attribution names an item by its
+/// merged index without finding it again by its key, nor the list's type.
 ///
 /// A list is known by the address of its items in the patch, so the
 /// positions hold while the patch is neither changed nor dropped.
 #[derive(Clone, Debug, Default)]
 pub struct MergedPositions {
-    lists: Vec<(usize, Vec<Option<usize>>)>,
+    lists: Vec<PlacedList>,
+}
+
+/// One map list of the patch, as the merge placed it.
+#[derive(Clone, Debug)]
+struct PlacedList {
+    /// The address of the patch's items.
+    address: usize,
+    /// The merged index of each item (`None`: the merge left it out).
+    landed: Vec<Option<usize>>,
+    /// The list's key fields.
+    keys: Vec<String>,
 }
 
 impl MergedPositions {
-    /// For each of `items` (a list of the merged patch), its index in the
-    /// merged list (`None` for an item the merge left out); `None` for a
-    /// list the merge did not place item by item.
-    pub fn of(&self, items: &[Value]) -> Option<&[Option<usize>]> {
+    /// For each of `items` (a map list of the merged patch), its index in
+    /// the merged list (`None` for an item the merge left out), and the
+    /// list's key fields; `None` for any other list (atomic, a set, or one
+    /// the merge did not place item by item).
+    pub fn of(&self, items: &[Value]) -> Option<(&[Option<usize>], &[String])> {
         let address = items.as_ptr() as usize;
         self.lists
             .iter()
-            .find(|(a, landed)| *a == address && landed.len() == items.len())
-            .map(|(_, landed)| landed.as_slice())
+            .find(|l| l.address == address && l.landed.len() == items.len())
+            .map(|l| (l.landed.as_slice(), l.keys.as_slice()))
     }
 
-    fn record(&mut self, items: &[Value], landed: Vec<Option<usize>>) {
+    fn record(&mut self, items: &[Value], landed: Vec<Option<usize>>, keys: &[String]) {
         // Every empty list has the same (dangling) address.
         if !items.is_empty() {
-            self.lists.push((items.as_ptr() as usize, landed));
+            self.lists.push(PlacedList {
+                address: items.as_ptr() as usize,
+                landed,
+                keys: keys.to_vec(),
+            });
         }
     }
 }
@@ -547,15 +564,20 @@ impl<'a> Merger<'a> {
         (merged.map_or(Change::Remove, Change::Set), errs)
     }
 
-    /// Where the items of `rhs` land, to be filled when the caller asks.
-    fn landing(&self, rhs: &[Value]) -> Option<Vec<Option<usize>>> {
-        self.positions.as_ref().map(|_| vec![None; rhs.len()])
+    /// Where the items of `rhs` (of `list`) land, to be filled when the
+    /// caller asks and the list has key fields.
+    fn landing(&self, list: &ListView, rhs: &[Value]) -> Option<Vec<Option<usize>>> {
+        let keyed = !list.def.keys.is_empty();
+        self.positions
+            .as_ref()
+            .filter(|_| keyed)
+            .map(|_| vec![None; rhs.len()])
     }
 
-    /// Keeps where the items of `rhs` landed.
-    fn record(&self, rhs: &[Value], landed: Option<Vec<Option<usize>>>) {
+    /// Keeps where the items of `rhs` (of `list`) landed.
+    fn record(&self, list: &ListView, rhs: &[Value], landed: Option<Vec<Option<usize>>>) {
         if let (Some(positions), Some(landed)) = (&self.positions, landed) {
-            positions.borrow_mut().record(rhs, landed);
+            positions.borrow_mut().record(rhs, landed, &list.def.keys);
         }
     }
 
@@ -684,7 +706,7 @@ impl<'a> Merger<'a> {
             Err(errs) => return (Change::Remove, errs),
         };
         let mut items = Vec::with_capacity(pairs.len());
-        let mut landed = self.landing(rhs);
+        let mut landed = self.landing(list, rhs);
         // As in `merge_list_items`, the errors of item merges are dropped and
         // an item whose merge gives nothing is left out.
         for (l, r) in pairs {
@@ -707,7 +729,7 @@ impl<'a> Merger<'a> {
             }
             land(&mut landed, rhs_index, placed, items.len());
         }
-        self.record(rhs, landed);
+        self.record(list, rhs, landed);
         if items.is_empty() {
             (Change::Remove, Vec::new())
         } else {
@@ -842,7 +864,7 @@ impl<'a> Merger<'a> {
         // Upstream drops the errors of item merges (the inner `errs` shadows
         // the outer one); an item whose merge fails is left out.
         let mut out = Vec::with_capacity(pairs.len());
-        let mut landed = self.landing(rhs);
+        let mut landed = self.landing(list, rhs);
         for (l, r) in pairs {
             let placed = out.len();
             let (l, rhs_index, r) = (l.map(|(_, v)| v), r.and_then(|(i, _)| i), r.map(|(_, v)| v));
@@ -851,7 +873,7 @@ impl<'a> Merger<'a> {
             }
             land(&mut landed, rhs_index, placed, out.len());
         }
-        self.record(rhs, landed);
+        self.record(list, rhs, landed);
         if out.is_empty() {
             (None, Vec::new())
         } else {
@@ -1543,10 +1565,9 @@ mod tests {
         .unwrap();
         let merged = object["spec"]["containers"].clone();
         let items = patch["spec"]["containers"].as_array().unwrap();
-        let landed = positions
-            .of(items)
-            .expect("the containers are noted")
-            .to_vec();
+        let (landed, keys) = positions.of(items).expect("the containers are noted");
+        assert_eq!(keys, ["name"]);
+        let landed = landed.to_vec();
         // Each item's ports, where the merged container has them.
         let ports = items
             .iter()
@@ -1554,7 +1575,8 @@ mod tests {
             .filter_map(|(item, at)| {
                 let ports = item.get("ports")?.as_array()?;
                 let merged_ports = merged[(*at)?]["ports"].as_array()?;
-                let found = positions.of(ports)?;
+                let (found, keys) = positions.of(ports)?;
+                assert_eq!(keys, ["containerPort", "protocol"]);
                 Some(json!({"landed": found, "names": found.iter().map(|i| i.map(|i| merged_ports[i]["containerPort"].clone())).collect::<Vec<_>>()}))
             })
             .collect();

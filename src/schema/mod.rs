@@ -9,7 +9,6 @@
 
 mod builtin;
 mod crd;
-mod cursor;
 mod go_decode;
 mod go_round_trip;
 mod go_time;
@@ -25,7 +24,6 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-pub use cursor::TypeCursor;
 pub use go_decode::{go_convert_error, go_decode_error, GoDecodeError};
 pub use go_round_trip::go_round_trip;
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};

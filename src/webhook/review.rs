@@ -493,7 +493,22 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
             warnings: &answer.warnings,
         },
     };
-    let mut out = serde_json::to_vec(&review).unwrap_or_default();
+    // Room for all of it at once: the review, the annotations (their
+    // quotes escaped) and the patch in base64, written after it.
+    let annotations: usize = (answer.audit_annotations.iter())
+        .map(|(key, value)| key.len() + value.len() + value.len() / 4 + 8)
+        .sum();
+    let patch = answer.patch.as_ref().map_or(0, |p| p.len() / 3 * 4 + 48);
+    let texts = answer.warnings.iter().map(String::len).sum::<usize>()
+        + answer
+            .status
+            .as_ref()
+            .map_or(0, |(_, message)| message.len());
+    let room = 256 + texts + annotations + patch;
+    let mut out = Vec::with_capacity(room);
+    if serde_json::to_writer(&mut out, &review).is_err() {
+        out.clear();
+    }
     if !answer.audit_annotations.is_empty() {
         append_audit_annotations(&mut out, &answer.audit_annotations);
     }
