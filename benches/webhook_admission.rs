@@ -100,8 +100,7 @@ fn serve_one_as(engine: &Engine, body: &[u8], attributed: bool) -> Vec<u8> {
     };
     let attribution = attributing.0.into_inner();
     if !attribution.is_empty() {
-        answer.audit_annotations =
-            attribution.audit_annotations(answer.allowed && answer.patch.is_some());
+        answer.annotate(&attribution);
     }
     review::encode(review.version, &uid, &answer)
 }

@@ -382,6 +382,17 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Whether the answer applies a change: it admits with a patch.
+    pub fn applies(&self) -> bool {
+        self.allowed && self.patch.is_some()
+    }
+
+    /// Takes the audit annotations of what `attribution` recorded (applied
+    /// changes only when the answer [`applies`](Answer::applies) them).
+    pub fn annotate(&mut self, attribution: &crate::attribution::Attribution) {
+        self.audit_annotations = attribution.audit_annotations(self.applies());
+    }
+
     /// Admitted unchanged.
     pub fn allow() -> Answer {
         Answer {

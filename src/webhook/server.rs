@@ -1689,7 +1689,7 @@ fn report(
     if attribution.is_empty() {
         return;
     }
-    let applied = answer.allowed && answer.patch.is_some();
+    let applied = answer.applies();
     for (policy, binding, monitored) in attribution.changes() {
         if monitored || applied {
             metrics.observe_binding_change(policy, binding, monitored);
@@ -1698,7 +1698,7 @@ fn report(
     for (policy, binding) in attribution.errors() {
         metrics.observe_monitor_error(policy, binding);
     }
-    answer.audit_annotations = attribution.audit_annotations(applied);
+    answer.annotate(attribution);
     if reporting.warn_changes {
         answer.warnings.extend(attribution.warnings(applied));
     }
