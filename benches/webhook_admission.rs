@@ -187,6 +187,9 @@ fn webhook_admission(c: &mut Criterion) {
     c.bench_function("webhook-examples-pod-request", |b| {
         b.iter(|| serve_one(&engine, black_box(&body)))
     });
+    c.bench_function("webhook-examples-pod-request-attributed", |b| {
+        b.iter(|| serve_one_as(&engine, black_box(&body), true))
+    });
 }
 
 /// The fixture with `count` more policies loaded that match only other
@@ -300,8 +303,17 @@ criterion_group!(
 /// other resources loaded beside the fixture's with
 /// `KMUTATE_PROFILE_NON_MATCHING=N`; their changes attributed in the answer
 /// with `KMUTATE_PROFILE_ATTRIBUTED`), or N rebuilds of the policy set with
-/// 10,000 of them loaded with `KMUTATE_PROFILE_REBUILD` set.
+/// 10,000 of them loaded with `KMUTATE_PROFILE_REBUILD` set. With
+/// `KMUTATE_ATTRIBUTION_ROUNDS=R`, attribution's cost measured interleaved
+/// instead ([`attribution_rounds`]).
 fn main() {
+    if let Some(rounds) = std::env::var("KMUTATE_ATTRIBUTION_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        attribution_rounds(rounds);
+        return;
+    }
     if let Some(n) = std::env::var("KMUTATE_PROFILE_ITERATIONS")
         .ok()
         .and_then(|n| n.parse::<u64>().ok())
@@ -336,4 +348,48 @@ fn main() {
     }
     benches();
     Criterion::default().configure_from_args().final_summary();
+}
+
+/// Attribution's cost on the fixture and on the example policies, each
+/// measured in `rounds` rounds of a batch of requests without it and a
+/// batch with it, in alternating order: both see the same state of the
+/// machine (a shared 2-core VM whose speed drifts by more than the cost
+/// from one run to the next). Prints the median time per request of each
+/// and the median of the rounds' ratios.
+fn attribution_rounds(rounds: usize) {
+    const BATCH: usize = 200;
+    for (name, (engine, body)) in [("fixture", fixture()), ("examples", examples())] {
+        let batch = |attributed: bool| {
+            let started = std::time::Instant::now();
+            for _ in 0..BATCH {
+                black_box(serve_one_as(&engine, black_box(&body), attributed));
+            }
+            started.elapsed().as_secs_f64() / BATCH as f64 * 1e6
+        };
+        batch(false);
+        batch(true);
+        let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (a, b) = match round % 2 {
+                0 => (batch(false), batch(true)),
+                _ => {
+                    let b = batch(true);
+                    (batch(false), b)
+                }
+            };
+            off.push(a);
+            on.push(b);
+            ratios.push(b / a);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "{name}: {:.1} µs without attribution, {:.1} µs with it (medians of {rounds} rounds of {BATCH}); median ratio {:.4}",
+            median(&mut off),
+            median(&mut on),
+            median(&mut ratios)
+        );
+    }
 }

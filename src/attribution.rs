@@ -158,7 +158,22 @@ impl Attribution {
     /// The audit annotations: [`CHANGES_KEY`] when `applied` (the answer
     /// patches the object), [`MONITOR_KEY`] when a monitored binding acted.
     pub fn audit_annotations(&self, applied: bool) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
+        self.annotations::<String>(applied)
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect()
+    }
+
+    /// [`Attribution::audit_annotations`], each value as the JSON string
+    /// that holds it (quoted, escaped), ready for the answer.
+    pub fn encoded_audit_annotations(&self, applied: bool) -> Vec<(&'static str, Vec<u8>)> {
+        self.annotations::<InString>(applied)
+            .into_iter()
+            .map(|(key, value)| (key, value.into_literal()))
+            .collect()
+    }
+
+    fn annotations<W: AnnotationOut + Default>(&self, applied: bool) -> Vec<(&'static str, W)> {
         let applied_entries = self.entries.iter().filter(|e| {
             applied
                 && matches!(
@@ -169,9 +184,6 @@ impl Attribution {
                     }
                 )
         });
-        if let Some(value) = bounded_list(applied_entries) {
-            out.insert(CHANGES_KEY.to_string(), value);
-        }
         let monitored = self.entries.iter().filter(|e| {
             matches!(
                 e,
@@ -181,10 +193,14 @@ impl Attribution {
                 } | Entry::Failed { .. }
             )
         });
-        if let Some(value) = bounded_list(monitored) {
-            out.insert(MONITOR_KEY.to_string(), value);
-        }
-        out
+        // In the keys' order.
+        [
+            (CHANGES_KEY, bounded_list::<W>(applied_entries)),
+            (MONITOR_KEY, bounded_list::<W>(monitored)),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect()
     }
 
     /// One warning per entry (`applied`: whether the answer patches the
@@ -238,55 +254,59 @@ impl Attribution {
 
 /// `entries` as a JSON list of at most [`ANNOTATION_LIMIT`] bytes, those
 /// beyond it counted in a last `{"more": N}`; none when there are none.
-fn bounded_list<'e>(entries: impl Iterator<Item = &'e Entry>) -> Option<String> {
-    let mut out = String::with_capacity(1024);
-    out.push('[');
+fn bounded_list<'e, W: AnnotationOut + Default>(
+    entries: impl Iterator<Item = &'e Entry>,
+) -> Option<W> {
+    let mut out = W::default();
+    out.piece(OPEN_LIST);
     let mut more = 0usize;
     for entry in entries {
-        let start = out.len();
+        let start = out.mark();
         if more == 0 {
-            if start > 1 {
-                out.push(',');
+            if out.plain_len() > 1 {
+                out.piece(COMMA);
             }
             write_entry(&mut out, entry);
             // Room is kept for the count (a comma, `{"more":N}`) and the
             // closing bracket.
-            if out.len() + 26 <= ANNOTATION_LIMIT {
+            if out.plain_len() + 26 <= ANNOTATION_LIMIT {
                 continue;
             }
-            out.truncate(start);
+            out.back_to(start);
         }
         more += 1;
     }
-    if out.len() == 1 && more == 0 {
+    if out.plain_len() == 1 && more == 0 {
         return None;
     }
     if more > 0 {
-        if out.len() > 1 {
-            out.push(',');
+        if out.plain_len() > 1 {
+            out.piece(COMMA);
         }
-        out.push_str(&format!("{{\"more\":{more}}}"));
+        out.piece(MORE);
+        out.number(more);
+        out.piece(CLOSE_ENTRY);
     }
-    out.push(']');
+    out.piece(CLOSE_LIST);
     Some(out)
 }
 
 /// Appends `entry` as compact JSON, written directly (this runs for every
 /// binding that changes an object).
-fn write_entry(out: &mut String, entry: &Entry) {
-    let list = |out: &mut String, paths: &[String]| {
-        out.push('[');
+fn write_entry(out: &mut impl AnnotationOut, entry: &Entry) {
+    let list = |out: &mut dyn AnnotationOut, paths: &[String]| {
+        out.piece(OPEN_LIST);
         for (i, p) in paths.iter().take(PATHS_PER_ENTRY).enumerate() {
             if i > 0 {
-                out.push(',');
+                out.piece(COMMA);
             }
-            push_quoted(out, p);
+            out.string(p);
         }
         if paths.len() > PATHS_PER_ENTRY {
-            let more = format!(",\"and {} more\"", paths.len() - PATHS_PER_ENTRY);
-            out.push_str(&more);
+            out.piece(COMMA);
+            out.string(&format!("and {} more", paths.len() - PATHS_PER_ENTRY));
         }
-        out.push(']');
+        out.piece(CLOSE_LIST);
     };
     let (policy, binding) = match entry {
         Entry::Changed {
@@ -296,31 +316,178 @@ fn write_entry(out: &mut String, entry: &Entry) {
             policy, binding, ..
         } => (policy, binding),
     };
-    out.push_str("{\"policy\":");
-    push_quoted(out, policy);
-    out.push_str(",\"binding\":");
-    push_quoted(out, binding);
+    out.piece(POLICY);
+    out.string(policy);
+    out.piece(BINDING);
+    out.string(binding);
     match entry {
         Entry::Changed { set, removed, .. } => {
             if !set.is_empty() {
-                out.push_str(",\"set\":");
+                out.piece(SET);
                 list(out, set);
             }
             if !removed.is_empty() {
-                out.push_str(",\"removed\":");
+                out.piece(REMOVED);
                 list(out, removed);
             }
         }
         Entry::Failed { message, .. } => {
-            out.push_str(",\"error\":");
+            out.piece(ERROR);
             let cut = message
                 .char_indices()
                 .nth(512)
                 .map_or(message.len(), |(i, _)| i);
-            push_quoted(out, &message[..cut]);
+            out.string(&message[..cut]);
         }
     }
-    out.push('}');
+    out.piece(CLOSE_ENTRY);
+}
+
+/// A fixed piece of an annotation's JSON, and the same as the content of a
+/// JSON string (its quotes escaped), written by hand for the answer.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    plain: &'static str,
+    in_string: &'static str,
+}
+
+const OPEN_LIST: Piece = Piece {
+    plain: "[",
+    in_string: "[",
+};
+const CLOSE_LIST: Piece = Piece {
+    plain: "]",
+    in_string: "]",
+};
+const COMMA: Piece = Piece {
+    plain: ",",
+    in_string: ",",
+};
+const CLOSE_ENTRY: Piece = Piece {
+    plain: "}",
+    in_string: "}",
+};
+const POLICY: Piece = Piece {
+    plain: r#"{"policy":"#,
+    in_string: r#"{\"policy\":"#,
+};
+const BINDING: Piece = Piece {
+    plain: r#","binding":"#,
+    in_string: r#",\"binding\":"#,
+};
+const SET: Piece = Piece {
+    plain: r#","set":"#,
+    in_string: r#",\"set\":"#,
+};
+const REMOVED: Piece = Piece {
+    plain: r#","removed":"#,
+    in_string: r#",\"removed\":"#,
+};
+const ERROR: Piece = Piece {
+    plain: r#","error":"#,
+    in_string: r#",\"error\":"#,
+};
+const MORE: Piece = Piece {
+    plain: r#"{"more":"#,
+    in_string: r#"{\"more\":"#,
+};
+
+/// Where an annotation's JSON text is written: as it is ([`String`]), or
+/// already escaped as the content of the JSON string the answer carries it
+/// in ([`InString`]), which spares escaping a few KB full of quotes again.
+trait AnnotationOut {
+    /// Appends a fixed piece.
+    fn piece(&mut self, piece: Piece);
+    /// Appends `text` as a JSON string.
+    fn string(&mut self, text: &str);
+    /// Appends a number.
+    fn number(&mut self, n: usize);
+    /// How long the JSON text is so far.
+    fn plain_len(&self) -> usize;
+    /// Where the text is now, to come back to.
+    fn mark(&self) -> (usize, usize);
+    /// Cuts the text back to `mark`.
+    fn back_to(&mut self, mark: (usize, usize));
+}
+
+impl AnnotationOut for String {
+    fn piece(&mut self, piece: Piece) {
+        self.push_str(piece.plain);
+    }
+    fn string(&mut self, text: &str) {
+        push_quoted(self, text);
+    }
+    fn number(&mut self, n: usize) {
+        self.push_str(&n.to_string());
+    }
+    fn plain_len(&self) -> usize {
+        self.len()
+    }
+    fn mark(&self) -> (usize, usize) {
+        (self.len(), 0)
+    }
+    fn back_to(&mut self, mark: (usize, usize)) {
+        self.truncate(mark.0);
+    }
+}
+
+/// An annotation's JSON text escaped as the content of a JSON string.
+#[derive(Default)]
+struct InString {
+    bytes: Vec<u8>,
+    /// How many bytes the escaping added.
+    added: usize,
+}
+
+impl InString {
+    /// The JSON string holding the text: quoted, escaped.
+    fn into_literal(self) -> Vec<u8> {
+        let mut literal = Vec::with_capacity(self.bytes.len() + 2);
+        literal.push(b'"');
+        literal.extend_from_slice(&self.bytes);
+        literal.push(b'"');
+        literal
+    }
+}
+
+impl AnnotationOut for InString {
+    fn piece(&mut self, piece: Piece) {
+        self.bytes.extend_from_slice(piece.in_string.as_bytes());
+        self.added += piece.in_string.len() - piece.plain.len();
+    }
+    fn string(&mut self, text: &str) {
+        // Most names and paths need no escape: their quotes only.
+        if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            self.bytes.extend_from_slice(br#"\""#);
+            self.bytes.extend_from_slice(text.as_bytes());
+            self.bytes.extend_from_slice(br#"\""#);
+            self.added += 2;
+            return;
+        }
+        let mut plain = String::new();
+        push_quoted(&mut plain, text);
+        // Escaped once, it has no control characters left.
+        for b in plain.bytes() {
+            if b == b'"' || b == b'\\' {
+                self.bytes.push(b'\\');
+                self.added += 1;
+            }
+            self.bytes.push(b);
+        }
+    }
+    fn number(&mut self, n: usize) {
+        self.bytes.extend_from_slice(n.to_string().as_bytes());
+    }
+    fn plain_len(&self) -> usize {
+        self.bytes.len() - self.added
+    }
+    fn mark(&self) -> (usize, usize) {
+        (self.bytes.len(), self.added)
+    }
+    fn back_to(&mut self, mark: (usize, usize)) {
+        self.bytes.truncate(mark.0);
+        self.added = mark.1;
+    }
 }
 
 fn shortened(text: String) -> String {
@@ -387,6 +554,41 @@ mod tests {
         // Not applied (the answer is no patch): only the monitor key.
         assert!(!seen.audit_annotations(false).contains_key(CHANGES_KEY));
         assert_eq!(seen.warnings(false).len(), 2);
+    }
+
+    // The answer carries each annotation escaped once more, written so
+    // directly: decoded, it is the annotation, bound and count included.
+    #[test]
+    fn the_answers_form_of_an_annotation_decodes_to_it() {
+        let tricky: Vec<String> = [
+            r#"metadata.labels["app.kubernetes.io/name"]"#,
+            r"back\slash",
+            "tab\tcontrol\u{1}",
+            "ünï",
+        ]
+        .map(String::from)
+        .to_vec();
+        let many: Vec<String> = (0..100).map(|i| format!("field-\"{i:03}\"")).collect();
+        let names: Vec<String> = (0..40).map(|i| format!("policy-{i}")).collect();
+        let mut seen = Attribution::default();
+        seen.record(change("p1", false, &tricky, &tricky[..1]));
+        seen.record(change("p2", true, &tricky, &[]));
+        seen.record_error("p3", "b", "quote \" and \\ in an error");
+        for name in &names {
+            seen.record(change(name, false, &many, &[]));
+        }
+        for applied in [true, false] {
+            let plain = seen.audit_annotations(applied);
+            let encoded = seen.encoded_audit_annotations(applied);
+            assert_eq!(encoded.len(), plain.len());
+            for (key, literal) in encoded {
+                let decoded: String = serde_json::from_slice(&literal).unwrap();
+                assert_eq!(decoded, plain[key], "{key}");
+            }
+        }
+        let plain = seen.audit_annotations(true);
+        assert!(plain[CHANGES_KEY].contains("\"more\""));
+        assert!(plain[CHANGES_KEY].len() <= ANNOTATION_LIMIT);
     }
 
     #[test]

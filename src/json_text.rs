@@ -93,27 +93,6 @@ const CONTROL: [&str; 0x20] = [
     "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
 ];
 
-/// Appends `json`, the compact text of a JSON value, as a JSON string,
-/// quoted. Such text has a quote every few bytes (around each of its
-/// strings), too many for [`push_quoted`]'s search to pay: it is copied
-/// byte by byte into room made for it at once.
-pub(crate) fn push_quoted_json(out: &mut Vec<u8>, json: &str) {
-    let bytes = json.as_bytes();
-    // Not compact JSON after all: escaped as any text. (One vectorized pass.)
-    if bytes.iter().fold(false, |control, &b| control | (b < 0x20)) {
-        return push_quoted(out, json);
-    }
-    out.reserve(bytes.len() + bytes.len() / 4 + 2);
-    out.push(b'"');
-    for &b in bytes {
-        if b == b'"' || b == b'\\' {
-            out.push(b'\\');
-        }
-        out.push(b);
-    }
-    out.push(b'"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,9 +121,6 @@ mod tests {
             let mut bytes = Vec::new();
             push_quoted(&mut bytes, text);
             assert_eq!(bytes, expected.as_bytes(), "{text:?}");
-            let mut from_json = b"[".to_vec();
-            push_quoted_json(&mut from_json, text);
-            assert_eq!(from_json[1..], *expected.as_bytes(), "{text:?}");
         }
     }
 }

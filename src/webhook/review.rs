@@ -378,7 +378,39 @@ pub struct Answer {
     pub status: Option<(u16, String)>,
     /// `auditAnnotations` (kube-apiserver records them under the webhook's
     /// name).
-    pub audit_annotations: std::collections::BTreeMap<String, String>,
+    pub audit_annotations: AuditAnnotations,
+}
+
+/// An answer's `auditAnnotations`, each value kept as the JSON string that
+/// holds it (quoted, escaped), as the answer writes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditAnnotations(Vec<(String, Vec<u8>)>);
+
+impl AuditAnnotations {
+    /// Sets `key` to `value`.
+    pub fn insert(&mut self, key: &str, value: &str) {
+        let mut literal = Vec::with_capacity(value.len() + 2);
+        crate::json_text::push_quoted(&mut literal, value);
+        self.insert_literal(key, literal);
+    }
+
+    /// Sets `key` to a value already written as a JSON string.
+    pub fn insert_literal(&mut self, key: &str, literal: Vec<u8>) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, value)) => *value = literal,
+            None => self.0.push((key.to_string(), literal)),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many bytes they take in the answer, about.
+    fn encoded_len(&self) -> usize {
+        self.0.iter().map(|(k, v)| k.len() + v.len() + 8).sum()
+    }
 }
 
 impl Answer {
@@ -390,7 +422,11 @@ impl Answer {
     /// Takes the audit annotations of what `attribution` recorded (applied
     /// changes only when the answer [`applies`](Answer::applies) them).
     pub fn annotate(&mut self, attribution: &crate::attribution::Attribution) {
-        self.audit_annotations = attribution.audit_annotations(self.applies());
+        let mut annotations = AuditAnnotations::default();
+        for (key, literal) in attribution.encoded_audit_annotations(self.applies()) {
+            annotations.insert_literal(key, literal);
+        }
+        self.audit_annotations = annotations;
     }
 
     /// Admitted unchanged.
@@ -506,9 +542,7 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
     };
     // Room for all of it at once: the review, the annotations (their
     // quotes escaped) and the patch in base64, written after it.
-    let annotations: usize = (answer.audit_annotations.iter())
-        .map(|(key, value)| key.len() + value.len() + value.len() / 4 + 8)
-        .sum();
+    let annotations = answer.audit_annotations.encoded_len();
     let patch = answer.patch.as_ref().map_or(0, |p| p.len() / 3 * 4 + 48);
     let texts = answer.warnings.iter().map(String::len).sum::<usize>()
         + answer
@@ -530,13 +564,8 @@ pub fn encode(version: ReviewVersion, uid: &str, answer: &Answer) -> Vec<u8> {
 }
 
 /// Adds `auditAnnotations` to the end of the `response` object that closes
-/// `review`, the compact text of a [`ReviewOut`]. Their values (JSON lists
-/// of a few KB, full of quotes) are escaped by `json_text`, which writes
-/// the text between escapes whole.
-fn append_audit_annotations(
-    review: &mut Vec<u8>,
-    annotations: &std::collections::BTreeMap<String, String>,
-) {
+/// `review`, the compact text of a [`ReviewOut`].
+fn append_audit_annotations(review: &mut Vec<u8>, annotations: &AuditAnnotations) {
     // `response`, never empty, is the last field: the text ends by closing
     // it and the review.
     if !review.ends_with(b"}}") {
@@ -544,14 +573,13 @@ fn append_audit_annotations(
     }
     review.truncate(review.len() - 2);
     review.extend_from_slice(br#","auditAnnotations":{"#);
-    for (i, (key, value)) in annotations.iter().enumerate() {
+    for (i, (key, literal)) in annotations.0.iter().enumerate() {
         if i > 0 {
             review.push(b',');
         }
         crate::json_text::push_quoted(review, key);
         review.push(b':');
-        // Attribution's values are JSON lists.
-        crate::json_text::push_quoted_json(review, value);
+        review.extend_from_slice(literal);
     }
     review.extend_from_slice(b"}}}");
 }
@@ -701,11 +729,8 @@ mod tests {
         let mut answer = Answer::admit(&original, &object, vec!["w \"1\"".into()]);
         let changes =
             r#"[{"policy":"p","binding":"b","set":["metadata.labels[\"a\"]"]},"tab\t\u0001"]"#;
-        answer.audit_annotations = [
-            ("changes".to_string(), changes.to_string()),
-            ("monitor\"x".to_string(), "\\".to_string()),
-        ]
-        .into();
+        answer.audit_annotations.insert("changes", changes);
+        answer.audit_annotations.insert("monitor\"x", "\\");
         let text = encode(ReviewVersion::V1, "u1", &answer);
         let review: Json = serde_json::from_slice(&text).expect("the answer is JSON");
         assert_eq!(
