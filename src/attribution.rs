@@ -457,7 +457,11 @@ impl AnnotationOut for InString {
     }
     fn string(&mut self, text: &str) {
         // Most names and paths need no escape: their quotes only.
-        if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        // (A fold without an early exit: one vectorized pass.)
+        let needs_escape = (text.bytes()).fold(false, |escapes, b| {
+            escapes | (b < 0x20) | (b == b'"') | (b == b'\\')
+        });
+        if !needs_escape {
             self.bytes.extend_from_slice(br#"\""#);
             self.bytes.extend_from_slice(text.as_bytes());
             self.bytes.extend_from_slice(br#"\""#);
