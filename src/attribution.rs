@@ -12,6 +12,7 @@
 use crate::dispatch::BindingChange;
 use crate::json_text::push_quoted;
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 
 /// The audit annotation of the changes applied.
@@ -157,6 +158,9 @@ impl Attribution {
 
     /// The audit annotations: [`CHANGES_KEY`] when `applied` (the answer
     /// patches the object), [`MONITOR_KEY`] when a monitored binding acted.
+    /// The plain form is the reference the answer's encoded form is tested
+    /// against; the answer itself uses [`Attribution::encoded_audit_annotations`].
+    #[cfg(test)]
     pub fn audit_annotations(&self, applied: bool) -> BTreeMap<String, String> {
         self.annotations::<String>(applied)
             .into_iter()
@@ -164,8 +168,10 @@ impl Attribution {
             .collect()
     }
 
-    /// [`Attribution::audit_annotations`], each value as the JSON string
-    /// that holds it (quoted, escaped), ready for the answer.
+    /// The audit annotations: [`CHANGES_KEY`] when `applied` (the answer
+    /// patches the object), [`MONITOR_KEY`] when a monitored binding acted;
+    /// each value as the JSON string that holds it (quoted, escaped), ready
+    /// for the answer.
     pub fn encoded_audit_annotations(&self, applied: bool) -> Vec<(&'static str, Vec<u8>)> {
         self.annotations::<InString>(applied)
             .into_iter()
@@ -343,54 +349,57 @@ fn write_entry(out: &mut impl AnnotationOut, entry: &Entry) {
     out.piece(CLOSE_ENTRY);
 }
 
-/// A fixed piece of an annotation's JSON, and the same as the content of a
-/// JSON string (its quotes escaped), written by hand for the answer.
+/// The longest fixed piece, escaped.
+const PIECE_CAPACITY: usize = 16;
+
+/// A fixed piece of an annotation's JSON, with the same as the content of
+/// a JSON string (its quotes escaped), derived when compiled.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
     plain: &'static str,
-    in_string: &'static str,
+    escaped: [u8; PIECE_CAPACITY],
+    escaped_len: usize,
 }
 
-const OPEN_LIST: Piece = Piece {
-    plain: "[",
-    in_string: "[",
-};
-const CLOSE_LIST: Piece = Piece {
-    plain: "]",
-    in_string: "]",
-};
-const COMMA: Piece = Piece {
-    plain: ",",
-    in_string: ",",
-};
-const CLOSE_ENTRY: Piece = Piece {
-    plain: "}",
-    in_string: "}",
-};
-const POLICY: Piece = Piece {
-    plain: r#"{"policy":"#,
-    in_string: r#"{\"policy\":"#,
-};
-const BINDING: Piece = Piece {
-    plain: r#","binding":"#,
-    in_string: r#",\"binding\":"#,
-};
-const SET: Piece = Piece {
-    plain: r#","set":"#,
-    in_string: r#",\"set\":"#,
-};
-const REMOVED: Piece = Piece {
-    plain: r#","removed":"#,
-    in_string: r#",\"removed\":"#,
-};
-const ERROR: Piece = Piece {
-    plain: r#","error":"#,
-    in_string: r#",\"error\":"#,
-};
-const MORE: Piece = Piece {
-    plain: r#"{"more":"#,
-    in_string: r#"{\"more\":"#,
-};
+impl Piece {
+    /// `plain` and its escaped form; a piece too long for
+    /// [`PIECE_CAPACITY`] fails the build.
+    const fn new(plain: &'static str) -> Piece {
+        let bytes = plain.as_bytes();
+        let mut escaped = [0u8; PIECE_CAPACITY];
+        let (mut i, mut len) = (0, 0);
+        while i < bytes.len() {
+            if bytes[i] == b'"' || bytes[i] == b'\\' {
+                escaped[len] = b'\\';
+                len += 1;
+            }
+            escaped[len] = bytes[i];
+            len += 1;
+            i += 1;
+        }
+        Piece {
+            plain,
+            escaped,
+            escaped_len: len,
+        }
+    }
+
+    /// The piece as the content of a JSON string.
+    fn in_string(&self) -> &[u8] {
+        &self.escaped[..self.escaped_len]
+    }
+}
+
+const OPEN_LIST: Piece = Piece::new("[");
+const CLOSE_LIST: Piece = Piece::new("]");
+const COMMA: Piece = Piece::new(",");
+const CLOSE_ENTRY: Piece = Piece::new("}");
+const POLICY: Piece = Piece::new(r#"{"policy":"#);
+const BINDING: Piece = Piece::new(r#","binding":"#);
+const SET: Piece = Piece::new(r#","set":"#);
+const REMOVED: Piece = Piece::new(r#","removed":"#);
+const ERROR: Piece = Piece::new(r#","error":"#);
+const MORE: Piece = Piece::new(r#"{"more":"#);
 
 /// Where an annotation's JSON text is written: as it is ([`String`]), or
 /// already escaped as the content of the JSON string the answer carries it
@@ -410,6 +419,7 @@ trait AnnotationOut {
     fn back_to(&mut self, mark: (usize, usize));
 }
 
+#[cfg(test)]
 impl AnnotationOut for String {
     fn piece(&mut self, piece: Piece) {
         self.push_str(piece.plain);
@@ -452,8 +462,8 @@ impl InString {
 
 impl AnnotationOut for InString {
     fn piece(&mut self, piece: Piece) {
-        self.bytes.extend_from_slice(piece.in_string.as_bytes());
-        self.added += piece.in_string.len() - piece.plain.len();
+        self.bytes.extend_from_slice(piece.in_string());
+        self.added += piece.escaped_len - piece.plain.len();
     }
     fn string(&mut self, text: &str) {
         // Most names and paths need no escape: their quotes only.
