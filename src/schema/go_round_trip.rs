@@ -20,28 +20,47 @@
 //! CustomResourceDefinition and APIService unstructured). Custom kinds are
 //! unstructured upstream: they are left as they are.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use super::go_decode::{self, table, GoType, Kind, StructDef, Table};
+use super::go_decode::{self, table, GoType, Kind, Table};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
 
-/// Per struct (by its place in the Go types table), the fields that lose a
-/// zero value and those where null becomes a kept zero value.
+/// What the round trip does to one field of a struct.
+#[derive(Debug)]
+struct FieldRule {
+    ty: &'static GoType,
+    /// `omitempty` and no pointer: a zero value is left out.
+    omit: bool,
+    /// No `omitempty` and no pointer: null becomes the zero value.
+    zero: bool,
+    /// Neither, and of a type whose value the walk never changes: the
+    /// field is passed over.
+    inert: bool,
+}
+
+/// Per struct (by its place in the Go types table), its fields' rules,
+/// found with one lookup per field of the object.
 #[derive(Debug, Default)]
-struct ZeroFields {
-    omit: HashSet<String, FastHash>,
-    zero: HashSet<String, FastHash>,
+struct StructRules {
+    fields: HashMap<String, FieldRule, FastHash>,
+}
+
+#[cfg(test)]
+impl StructRules {
+    fn omits(&self, field: &str) -> bool {
+        self.fields.get(field).is_some_and(|r| r.omit)
+    }
 }
 
 #[derive(Debug, Default)]
 struct Rules {
     /// The kinds whose objects go through the round trip.
     roots: HashSet<usize, FastHash>,
-    fields: Vec<ZeroFields>,
+    structs: Vec<StructRules>,
 }
 
 fn rules() -> &'static Rules {
@@ -49,37 +68,74 @@ fn rules() -> &'static Rules {
     RULES.get_or_init(|| parse_rules(include_str!("go_zero_fields.json"), table()))
 }
 
-fn parse_rules(text: &str, table: &Table) -> Rules {
+fn parse_rules(text: &str, table: &'static Table) -> Rules {
     let doc: Value = serde_json::from_str(text).unwrap_or_default();
-    let names = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut rules = Rules {
-        roots: names(doc.get("roots"))
-            .iter()
-            .filter_map(|name| table.index.get(name).copied())
-            .collect(),
-        fields: (0..table.defs.len())
-            .map(|_| ZeroFields::default())
-            .collect(),
-    };
+    // Per struct, the fields that lose a zero value and those where null
+    // becomes a kept zero value.
+    let mut zero_fields: Vec<(Names<'_>, Names<'_>)> =
+        (0..table.defs.len()).map(|_| Default::default()).collect();
     if let Some(types) = doc.get("types").and_then(Value::as_object) {
         for (name, def) in types {
-            let Some(slot) = table.index.get(name).and_then(|&i| rules.fields.get_mut(i)) else {
+            let Some(slot) = table.index.get(name).and_then(|&i| zero_fields.get_mut(i)) else {
                 continue;
             };
-            slot.omit = names(def.get("omit")).into_iter().collect();
-            slot.zero = names(def.get("zero")).into_iter().collect();
+            *slot = (names(def.get("omit")), names(def.get("zero")));
         }
     }
-    rules
+    let structs = table
+        .defs
+        .iter()
+        .zip(&zero_fields)
+        .map(|(sdef, (omit, zero))| StructRules {
+            fields: sdef
+                .fields
+                .iter()
+                .map(|(field, (ty, _))| {
+                    let (omit, zero) =
+                        (omit.contains(field.as_str()), zero.contains(field.as_str()));
+                    let rule = FieldRule {
+                        ty,
+                        omit,
+                        zero,
+                        inert: !omit && !zero && never_changes(&ty.kind),
+                    };
+                    (field.clone(), rule)
+                })
+                .collect(),
+        })
+        .collect();
+    Rules {
+        roots: names(doc.get("roots"))
+            .iter()
+            .filter_map(|name| table.index.get(*name).copied())
+            .collect(),
+        structs,
+    }
+}
+
+/// Field names, borrowed from the rules' JSON.
+type Names<'t> = HashSet<&'t str, FastHash>;
+
+/// The strings of a JSON list.
+fn names(v: Option<&Value>) -> Names<'_> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the walk leaves any value of this kind as it is (see
+/// `Walk::value`): scalars other than int32s, quantities and times.
+fn never_changes(kind: &Kind) -> bool {
+    !matches!(
+        kind,
+        Kind::Struct(_)
+            | Kind::List(_)
+            | Kind::Map(_)
+            | Kind::Int32
+            | Kind::Quantity
+            | Kind::Time
+            | Kind::MicroTime
+    )
 }
 
 /// Rewrites `object`, a mutation's result of the type named `type_name`, as
@@ -94,48 +150,51 @@ pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
     if !rules.roots.contains(&root) {
         return false;
     }
-    let walk = Walk { table, rules };
+    let walk = Walk { rules };
     walk.structure(root, object, 0)
 }
 
 struct Walk<'a> {
-    table: &'a Table,
     rules: &'a Rules,
 }
 
 impl Walk<'_> {
     fn structure(&self, def: usize, v: &mut Value, depth: usize) -> bool {
-        let (Some(sdef), Some(zero), Value::Object(m)) =
-            (self.table.defs.get(def), self.rules.fields.get(def), v)
-        else {
+        let (Some(rules), Value::Object(m)) = (self.rules.structs.get(def), v) else {
             return false;
         };
         if depth > MAX_DEPTH {
             return false;
         }
         let mut changed = false;
-        m.retain(|key, child| {
-            let Some((ty, _)) = sdef.fields.get(key.as_str()) else {
-                return true;
+        // Fields left out are rare: found first, removed after.
+        let mut omitted: smallvec::SmallVec<[String; 2]> = smallvec::SmallVec::new();
+        for (key, child) in m.iter_mut() {
+            let Some(rule) = rules.fields.get(key.as_str()) else {
+                continue;
             };
-            if zero.zero.contains(key.as_str()) && child.is_null() {
-                if let Some(z) = zero_scalar(&ty.kind) {
+            if rule.inert {
+                continue;
+            }
+            if rule.zero && child.is_null() {
+                if let Some(z) = zero_scalar(&rule.ty.kind) {
                     *child = z;
                     changed = true;
                 }
-                return true;
+                continue;
             }
             // A time comes back in UTC, the zero time as null.
-            changed |= self.value(ty, child, depth + 1);
+            changed |= self.value(rule.ty, child, depth + 1);
             // A scalar that is null or zero in an `omitempty` field is left
             // out, and a zero time in an `omitzero` one.
-            if zero.omit.contains(key.as_str()) && (child.is_null() || is_zero(child)) {
-                changed = true;
-                return false;
+            if rule.omit && (child.is_null() || is_zero(child)) {
+                omitted.push(key.clone());
             }
-            true
-        });
-        changed
+        }
+        for key in &omitted {
+            m.remove(key);
+        }
+        changed || !omitted.is_empty()
     }
 
     fn value(&self, ty: &GoType, v: &mut Value, depth: usize) -> bool {
@@ -208,15 +267,10 @@ impl Walk<'_> {
     /// The zero value of a struct as encoding/json writes it: the scalar
     /// fields without `omitempty` that are not pointers.
     fn zero_struct(&self, def: usize) -> Option<Value> {
-        let sdef: &StructDef = self.table.defs.get(def)?;
-        let zero = self.rules.fields.get(def)?;
+        let rules = self.rules.structs.get(def)?;
         let mut m = Map::new();
-        for field in &zero.zero {
-            if let Some(z) = sdef
-                .fields
-                .get(field)
-                .and_then(|(ty, _)| zero_scalar(&ty.kind))
-            {
+        for (field, rule) in rules.fields.iter().filter(|(_, r)| r.zero) {
+            if let Some(z) = zero_scalar(&rule.ty.kind) {
                 m.insert(field.clone(), z);
             }
         }
@@ -362,7 +416,7 @@ mod tests {
         assert!(rules.roots.len() > 50);
         let table = table();
         let spec = table.index["io.k8s.api.apps.v1.DeploymentSpec"];
-        assert!(rules.fields[spec].omit.contains("minReadySeconds"));
-        assert!(!rules.fields[spec].omit.contains("replicas"));
+        assert!(rules.structs[spec].omits("minReadySeconds"));
+        assert!(!rules.structs[spec].omits("replicas"));
     }
 }
