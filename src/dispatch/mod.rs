@@ -33,6 +33,7 @@ use cel::common::types::{CelList, CelString};
 use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
@@ -1226,7 +1227,9 @@ fn apply_mutation(
             )
             .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
-            round_trip(object, schema, changed);
+            round_trip(object, schema, changed, checks, |_| {
+                applied.patch.as_object().map(Cow::Borrowed)
+            });
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it
@@ -1243,7 +1246,9 @@ fn apply_mutation(
                 }
                 let unknown = checks.strict_errors(schema, ops, object);
                 if unknown.is_empty() {
-                    round_trip(object, schema, changed);
+                    round_trip(object, schema, changed, checks, |patched| {
+                        written_by_patch(patched, ops).map(Cow::Owned)
+                    });
                     Ok(changed)
                 } else {
                     let fields: Vec<String> = unknown
@@ -1275,9 +1280,74 @@ fn apply_mutation(
 /// kube-apiserver has been through the Go types already, and the snapshot
 /// of the original is taken before the first write. The mutation's own
 /// answer (changed or not) stands, so reinvocation follows what it did.
-fn round_trip(object: &mut Json, schema: &crate::schema::TypeRef, changed: bool) {
-    if changed {
-        crate::schema::go_round_trip(object, schema.name());
+///
+/// The first round trip of an admission visits the whole object, which
+/// makes all of it as the Go types encode it (the round trip changes
+/// nothing twice); later ones visit only what their mutation wrote
+/// (`written` of the result, `None` when unknown: all of it).
+fn round_trip<'w>(
+    object: &mut Json,
+    schema: &crate::schema::TypeRef,
+    changed: bool,
+    checks: &mut ObjectChecks,
+    written: impl FnOnce(&Json) -> Option<Cow<'w, serde_json::Map<String, Json>>>,
+) {
+    if !changed {
+        return;
+    }
+    let written = match checks.go_encoded(schema) {
+        true => written(object),
+        false => None,
+    };
+    match written {
+        Some(written) => {
+            crate::schema::go_round_trip_within(object, schema.name(), &written);
+        }
+        None => {
+            crate::schema::go_round_trip(object, schema.name());
+            checks.round_tripped(schema);
+        }
+    }
+}
+
+/// What the JSON patch `ops` wrote in its result `patched`, in the shape
+/// `schema::go_round_trip_within` takes: each written subtree's path as
+/// nested objects, the subtree itself as null (all of it); `None` when it
+/// wrote the whole document.
+fn written_by_patch(
+    patched: &Json,
+    ops: &[crate::mutation::json_patch::PatchOperation],
+) -> Option<serde_json::Map<String, Json>> {
+    let dests = ops
+        .iter()
+        .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
+        .map(|op| op.path.as_str());
+    let mut shape = serde_json::Map::new();
+    for root in crate::schema::subtree::written_roots(patched, dests) {
+        if root.is_empty() {
+            return None;
+        }
+        insert_path(&mut shape, &root);
+    }
+    Some(shape)
+}
+
+/// Adds `path` to `shape` as nested objects ending in null; a path under
+/// one already there as null is covered by it.
+fn insert_path(shape: &mut serde_json::Map<String, Json>, path: &[String]) {
+    match path {
+        [] => {}
+        [last] => {
+            shape.insert(last.clone(), Json::Null);
+        }
+        [first, rest @ ..] => {
+            let entry = shape
+                .entry(first.clone())
+                .or_insert_with(|| Json::Object(serde_json::Map::new()));
+            if let Json::Object(inner) = entry {
+                insert_path(inner, rest);
+            }
+        }
     }
 }
 

@@ -24,6 +24,9 @@ pub(crate) struct ObjectChecks {
     typed_valid: bool,
     /// The object has no field strict decoding rejects.
     strict_clean: bool,
+    /// The object is as the kind's Go types encode it: a mutation's result
+    /// needs the round trip only where the mutation wrote.
+    go_encoded: bool,
 }
 
 impl ObjectChecks {
@@ -57,6 +60,18 @@ impl ObjectChecks {
         self.retarget(ty);
         self.typed_valid = true;
         self.strict_clean = true;
+    }
+
+    /// Whether the object is as the Go types of `ty` encode it.
+    pub(crate) fn go_encoded(&mut self, ty: &TypeRef) -> bool {
+        self.retarget(ty);
+        self.go_encoded
+    }
+
+    /// The whole object went through the Go round trip of `ty`.
+    pub(crate) fn round_tripped(&mut self, ty: &TypeRef) {
+        self.retarget(ty);
+        self.go_encoded = true;
     }
 
     /// The fields of `patched`, the result of `ops` on the current object,

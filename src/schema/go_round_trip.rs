@@ -142,6 +142,24 @@ fn never_changes(kind: &Kind) -> bool {
 /// the kind's Go types encode it again; whether anything changed. Kinds
 /// without a round trip are left alone.
 pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
+    round_trip(object, type_name, None)
+}
+
+/// [`go_round_trip`] of only what `written` reaches, for an object that was
+/// as the Go types encode it before a mutation wrote it: `written` has the
+/// shape of what the mutation wrote (an applied configuration, or the paths
+/// of a JSON patch as nested objects). Its keys name the fields of a struct,
+/// or the entries of a map, to visit, each with what to visit of it; any
+/// other value of `written`, and a list, stands for the whole value.
+pub fn go_round_trip_within(
+    object: &mut Value,
+    type_name: Option<&str>,
+    written: &Map<String, Value>,
+) -> bool {
+    round_trip(object, type_name, Some(written))
+}
+
+fn round_trip(object: &mut Value, type_name: Option<&str>, within: Within<'_>) -> bool {
     let table = table();
     let rules = rules();
     let Some(&root) = type_name.and_then(|name| table.index.get(name)) else {
@@ -151,7 +169,16 @@ pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
         return false;
     }
     let walk = Walk { rules };
-    walk.structure(root, object, 0)
+    walk.structure(root, object, within, 0)
+}
+
+/// The keys of a struct or map the walk visits, each with what to visit
+/// of it; `None`: all of it.
+type Within<'w> = Option<&'w Map<String, Value>>;
+
+/// What to visit of a value that `written` stands for.
+fn within_of(written: &Value) -> Within<'_> {
+    written.as_object()
 }
 
 struct Walk<'a> {
@@ -159,7 +186,7 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn structure(&self, def: usize, v: &mut Value, depth: usize) -> bool {
+    fn structure(&self, def: usize, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
         let (Some(rules), Value::Object(m)) = (self.rules.structs.get(def), v) else {
             return false;
         };
@@ -169,26 +196,26 @@ impl Walk<'_> {
         let mut changed = false;
         // Fields left out are rare: found first, removed after.
         let mut omitted: smallvec::SmallVec<[String; 2]> = smallvec::SmallVec::new();
-        for (key, child) in m.iter_mut() {
+        let mut visit = |key: &String, child: &mut Value, written: Within<'_>| {
             let Some(rule) = rules.fields.get(key.as_str()) else {
-                continue;
+                return;
             };
-            if rule.inert {
-                continue;
-            }
-            if rule.zero && child.is_null() {
-                if let Some(z) = zero_scalar(&rule.ty.kind) {
-                    *child = z;
-                    changed = true;
-                }
-                continue;
-            }
-            // A time comes back in UTC, the zero time as null.
-            changed |= self.value(rule.ty, child, depth + 1);
-            // A scalar that is null or zero in an `omitempty` field is left
-            // out, and a zero time in an `omitzero` one.
-            if rule.omit && (child.is_null() || is_zero(child)) {
+            let (field_changed, omit) = self.field(rule, child, written, depth);
+            changed |= field_changed;
+            if omit {
                 omitted.push(key.clone());
+            }
+        };
+        match within {
+            None => m
+                .iter_mut()
+                .for_each(|(key, child)| visit(key, child, None)),
+            Some(written) => {
+                for (key, written) in written {
+                    if let Some(child) = m.get_mut(key) {
+                        visit(key, child, within_of(written));
+                    }
+                }
             }
         }
         for key in &omitted {
@@ -197,20 +224,59 @@ impl Walk<'_> {
         changed || !omitted.is_empty()
     }
 
-    fn value(&self, ty: &GoType, v: &mut Value, depth: usize) -> bool {
+    /// One field of a struct: whether it changed, and whether it is left out.
+    fn field(
+        &self,
+        rule: &FieldRule,
+        child: &mut Value,
+        within: Within<'_>,
+        depth: usize,
+    ) -> (bool, bool) {
+        if rule.inert {
+            return (false, false);
+        }
+        if rule.zero && child.is_null() {
+            return match zero_scalar(&rule.ty.kind) {
+                Some(z) => {
+                    *child = z;
+                    (true, false)
+                }
+                None => (false, false),
+            };
+        }
+        // A time comes back in UTC, the zero time as null.
+        let changed = self.value(rule.ty, child, within, depth + 1);
+        // A scalar that is null or zero in an `omitempty` field is left
+        // out, and a zero time in an `omitzero` one.
+        (changed, rule.omit && (child.is_null() || is_zero(child)))
+    }
+
+    fn value(&self, ty: &GoType, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
         match (&ty.kind, v) {
-            (Kind::Struct(def), v @ Value::Object(_)) => self.structure(*def, v, depth),
+            (Kind::Struct(def), v @ Value::Object(_)) => self.structure(*def, v, within, depth),
+            // A list is visited whole: its items are found by position.
             (Kind::List(elem), Value::Array(items)) => {
                 let mut changed = false;
                 for item in items {
-                    changed |= self.element(elem, item, depth + 1);
+                    changed |= self.element(elem, item, None, depth + 1);
                 }
                 changed
             }
             (Kind::Map(elem), Value::Object(m)) => {
                 let mut changed = false;
-                for child in m.values_mut() {
-                    changed |= self.element(elem, child, depth + 1);
+                match within {
+                    None => {
+                        for child in m.values_mut() {
+                            changed |= self.element(elem, child, None, depth + 1);
+                        }
+                    }
+                    Some(written) => {
+                        for (key, written) in written {
+                            if let Some(child) = m.get_mut(key) {
+                                changed |= self.element(elem, child, within_of(written), depth + 1);
+                            }
+                        }
+                    }
                 }
                 changed
             }
@@ -247,9 +313,9 @@ impl Walk<'_> {
     }
 
     /// An item of a list or a value of a map: a null is its type's zero.
-    fn element(&self, ty: &GoType, v: &mut Value, depth: usize) -> bool {
+    fn element(&self, ty: &GoType, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
         if !v.is_null() {
-            return self.value(ty, v, depth);
+            return self.value(ty, v, within, depth);
         }
         let zero = match &ty.kind {
             Kind::Struct(def) => self.zero_struct(*def),
@@ -322,6 +388,41 @@ mod tests {
             json!({"spec": {"replicas": 0,
                    "template": {"spec": {"containers": [{"name": "a", "env": [{"name": "A"}]}]}}}})
         );
+    }
+
+    #[test]
+    fn a_round_trip_within_what_was_written_visits_only_that() {
+        // Outside what was written the object is left as it is (there it
+        // was already as Go encodes it); inside, the rules are the whole
+        // round trip's: the written struct loses its zero `paused`, the
+        // map's null entry becomes "", the written list is visited whole.
+        let mut object = json!({
+            "metadata": {"labels": {"a": null, "b": null}, "annotations": {"c": null}},
+            "spec": {"minReadySeconds": 0, "paused": false,
+                     "template": {"spec": {"containers": [{"name": "a", "image": ""}, {"name": "b", "image": ""}]}}}});
+        let written = json!({"metadata": {"labels": {"a": "x"}},
+                             "spec": {"paused": false, "template": {"spec": {"containers": null}}}});
+        let changed = go_round_trip_within(
+            &mut object,
+            Some("io.k8s.api.apps.v1.Deployment"),
+            written.as_object().unwrap(),
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({
+                "metadata": {"labels": {"a": "", "b": null}, "annotations": {"c": null}},
+                "spec": {"minReadySeconds": 0,
+                         "template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}})
+        );
+        // Nothing written, nothing visited.
+        let before = object.clone();
+        assert!(!go_round_trip_within(
+            &mut object,
+            Some("io.k8s.api.apps.v1.Deployment"),
+            &Map::new()
+        ));
+        assert_eq!(object, before);
     }
 
     #[test]
