@@ -1236,18 +1236,30 @@ fn apply_mutation(
         // leaves changed is never used.
         MutationValue::Patch(ops) => match apply_patch_in_place(object, ops, before_write) {
             Ok(changed) => {
+                // What the patch wrote, when a fact about the rest of the
+                // object spares visiting it.
+                let written = (checks.go_decodes(schema) || checks.go_encoded(schema))
+                    .then(|| written_by_patch(object, ops))
+                    .flatten();
                 // The result is decoded into the kind's Go types: a value of
                 // the wrong type fails before any unknown field is told.
-                if let Some(err) = crate::schema::go_decode_error(object, schema.name()) {
+                let decode_error = match written.as_ref().filter(|_| checks.go_decodes(schema)) {
+                    Some(written) => {
+                        crate::schema::go_decode_error_within(object, schema.name(), written)
+                    }
+                    None => crate::schema::go_decode_error(object, schema.name()),
+                };
+                if let Some(err) = decode_error {
                     return Err(StepError::Status(StatusError {
                         code: 500,
                         message: format!("Internal error occurred: {err}"),
                     }));
                 }
+                checks.decoded(schema);
                 let unknown = checks.strict_errors(schema, ops, object);
                 if unknown.is_empty() {
-                    round_trip(object, schema, changed, checks, |patched| {
-                        written_by_patch(patched, ops).map(Cow::Owned)
+                    round_trip(object, schema, changed, checks, |_| {
+                        written.as_ref().map(Cow::Borrowed)
                     });
                     Ok(changed)
                 } else {

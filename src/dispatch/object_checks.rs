@@ -27,6 +27,9 @@ pub(crate) struct ObjectChecks {
     /// The object is as the kind's Go types encode it: a mutation's result
     /// needs the round trip only where the mutation wrote.
     go_encoded: bool,
+    /// The object decodes into the kind's Go types: a JSON patch's result
+    /// needs decoding only where the patch wrote.
+    go_decodes: bool,
 }
 
 impl ObjectChecks {
@@ -60,6 +63,8 @@ impl ObjectChecks {
         self.retarget(ty);
         self.typed_valid = true;
         self.strict_clean = true;
+        // Checked by the unstructured converter, not by JSON decoding.
+        self.go_decodes = false;
     }
 
     /// Whether the object is as the Go types of `ty` encode it.
@@ -72,6 +77,18 @@ impl ObjectChecks {
     pub(crate) fn round_tripped(&mut self, ty: &TypeRef) {
         self.retarget(ty);
         self.go_encoded = true;
+    }
+
+    /// Whether the object is known to decode into the Go types of `ty`.
+    pub(crate) fn go_decodes(&mut self, ty: &TypeRef) -> bool {
+        self.retarget(ty);
+        self.go_decodes
+    }
+
+    /// The object decoded into the Go types of `ty`.
+    pub(crate) fn decoded(&mut self, ty: &TypeRef) {
+        self.retarget(ty);
+        self.go_decodes = true;
     }
 
     /// The fields of `patched`, the result of `ops` on the current object,

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use serde_json::{Number, Value};
+use serde_json::{Map, Number, Value};
 
 use super::go_time::{parse_time, time_parse_error, Layout, RFC3339, RFC3339_MICRO};
 use super::model::FastHash;
@@ -79,6 +79,26 @@ pub enum GoDecodeError {
 /// The first error decoding `object`, of the type named `type_name` (an
 /// OpenAPI definition name), would meet; `None` when it decodes.
 pub fn go_decode_error(object: &Value, type_name: Option<&str>) -> Option<GoDecodeError> {
+    decode_error(object, type_name, None)
+}
+
+/// [`go_decode_error`] of an object that decoded before a mutation wrote
+/// it: only what `written` reaches is decoded (see
+/// [`super::go_round_trip_within`] for its shape), in the order of the
+/// whole object's decoding, so the first error is the one it would meet.
+pub fn go_decode_error_within(
+    object: &Value,
+    type_name: Option<&str>,
+    written: &Map<String, Value>,
+) -> Option<GoDecodeError> {
+    decode_error(object, type_name, Some(written))
+}
+
+fn decode_error(
+    object: &Value,
+    type_name: Option<&str>,
+    within: Within<'_>,
+) -> Option<GoDecodeError> {
     if let Some(err) = type_meta_error(object) {
         return Some(err);
     }
@@ -90,7 +110,7 @@ pub fn go_decode_error(object: &Value, type_name: Option<&str>) -> Option<GoDeco
         fields: Vec::new(),
         saved: None,
     };
-    match decoder.structure(def, object, 0) {
+    match decoder.structure(def, object, within, 0) {
         Err(abort) => Some(abort),
         Ok(()) => decoder.saved,
     }
@@ -283,6 +303,19 @@ impl Table {
     }
 }
 
+/// The keys of a struct or map to visit, each with what to visit of it;
+/// `None`: all of it (the shape of what a mutation wrote, see
+/// [`super::go_round_trip_within`]).
+pub(super) type Within<'w> = Option<&'w Map<String, Value>>;
+
+/// What of the value at `key` to decode, given what of its parent is.
+fn within_key<'w>(within: Within<'w>, key: &str) -> Option<Within<'w>> {
+    match within {
+        None => Some(None),
+        Some(written) => written.get(key).map(Value::as_object),
+    }
+}
+
 /// encoding/json's decoder state: the innermost struct and the field path
 /// (its error context) and the first noted error.
 struct Decoder<'a> {
@@ -326,7 +359,13 @@ impl<'a> Decoder<'a> {
     }
 
     /// Decodes `v` into `ty`; `Err` stops decoding (a custom decoder failed).
-    fn value(&mut self, ty: &'a GoType, v: &'a Value, depth: usize) -> Result<(), GoDecodeError> {
+    fn value(
+        &mut self,
+        ty: &'a GoType,
+        v: &'a Value,
+        within: Within<'a>,
+        depth: usize,
+    ) -> Result<(), GoDecodeError> {
         if depth > MAX_DEPTH || v.is_null() {
             return Ok(());
         }
@@ -360,7 +399,7 @@ impl<'a> Decoder<'a> {
             }
             (Kind::Bytes, Value::Array(items)) => {
                 for item in items {
-                    self.value(&UINT8, item, depth + 1)?;
+                    self.value(&UINT8, item, None, depth + 1)?;
                 }
             }
             (Kind::Quantity, _) => quantity_error(v)?,
@@ -369,19 +408,22 @@ impl<'a> Decoder<'a> {
                 // The inner json.Unmarshal into a string fails.
                 return Err(self.type_error(json_word(v).into(), "string".into()));
             }
+            // A list is decoded whole: its items are found by position.
             (Kind::List(elem), Value::Array(items)) => {
                 for item in items {
-                    self.value(elem, item, depth + 1)?;
+                    self.value(elem, item, None, depth + 1)?;
                 }
             }
             (Kind::Map(elem), Value::Object(m)) => {
-                for child in m.values() {
-                    self.value(elem, child, depth + 1)?;
+                for (key, child) in m {
+                    if let Some(within) = within_key(within, key) {
+                        self.value(elem, child, within, depth + 1)?;
+                    }
                 }
             }
             (Kind::Struct(def), Value::Object(_)) => {
                 if let Some(def) = self.table.defs.get(*def) {
-                    self.structure(def, v, depth)?;
+                    self.structure(def, v, within, depth)?;
                 }
             }
             _ => self.mismatch(v, ty),
@@ -395,6 +437,7 @@ impl<'a> Decoder<'a> {
         &mut self,
         def: &'a StructDef,
         v: &'a Value,
+        within: Within<'a>,
         depth: usize,
     ) -> Result<(), GoDecodeError> {
         let Value::Object(m) = v else {
@@ -407,12 +450,15 @@ impl<'a> Decoder<'a> {
             let Some((ty, embedded)) = def.fields.get(key.as_str()) else {
                 continue;
             };
+            let Some(within) = within_key(within, key) else {
+                continue;
+            };
             let mark = self.fields.len();
             if let Some(embedded) = embedded {
                 self.fields.extend(embedded.split('.'));
             }
             self.fields.push(key);
-            result = self.value(ty, child, depth + 1);
+            result = self.value(ty, child, within, depth + 1);
             self.fields.truncate(mark);
             if result.is_err() {
                 break;

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use super::go_decode::{self, table, GoType, Kind, Table};
+use super::go_decode::{self, table, GoType, Kind, Table, Within};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
 
@@ -171,10 +171,6 @@ fn round_trip(object: &mut Value, type_name: Option<&str>, within: Within<'_>) -
     let walk = Walk { rules };
     walk.structure(root, object, within, 0)
 }
-
-/// The keys of a struct or map the walk visits, each with what to visit
-/// of it; `None`: all of it.
-type Within<'w> = Option<&'w Map<String, Value>>;
 
 /// What to visit of a value that `written` stands for.
 fn within_of(written: &Value) -> Within<'_> {

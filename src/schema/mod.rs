@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-pub use go_decode::{go_convert_error, go_decode_error, GoDecodeError};
+pub use go_decode::{go_convert_error, go_decode_error, go_decode_error_within, GoDecodeError};
 pub use go_round_trip::{go_round_trip, go_round_trip_within};
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
