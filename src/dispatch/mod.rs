@@ -1330,10 +1330,7 @@ fn written_by_patch(
     patched: &Json,
     ops: &[crate::mutation::json_patch::PatchOperation],
 ) -> Option<serde_json::Map<String, Json>> {
-    let dests = ops
-        .iter()
-        .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
-        .map(|op| op.path.as_str());
+    let dests = crate::mutation::json_patch::written_paths(ops);
     let mut shape = serde_json::Map::new();
     for root in crate::schema::subtree::written_roots(patched, dests) {
         if root.is_empty() {

@@ -10,7 +10,7 @@
 //! shortcut cannot vouch for the object, the whole-object check runs.
 
 use crate::mutation::apply_configuration::LiveObject;
-use crate::mutation::json_patch::PatchOperation;
+use crate::mutation::json_patch::{written_paths, PatchOperation};
 use crate::schema::subtree::{self, WrittenSubtrees};
 use crate::schema::{unknown_fields, TypeRef};
 use serde_json::Value as Json;
@@ -101,10 +101,7 @@ impl ObjectChecks {
         patched: &Json,
     ) -> Vec<String> {
         self.retarget(ty);
-        let dests = ops
-            .iter()
-            .filter(|op| matches!(op.op.as_str(), "add" | "replace" | "move" | "copy"))
-            .map(|op| op.path.as_str());
+        let dests = written_paths(ops);
         // Found once for both checks, and only when a fact may carry over.
         let written = (self.strict_clean || self.typed_valid)
             .then(|| WrittenSubtrees::at(patched, ty, &subtree::written_roots(patched, dests)));

@@ -119,6 +119,21 @@ impl JsonPatchError {
     }
 }
 
+impl PatchOperation {
+    /// Whether the operation writes a value at its `path` (`add`,
+    /// `replace`, `copy`, `move`).
+    pub fn writes_at_path(&self) -> bool {
+        matches!(self.op.as_str(), "add" | "replace" | "copy" | "move")
+    }
+}
+
+/// The paths `ops` write values at, in order.
+pub fn written_paths(ops: &[PatchOperation]) -> impl Iterator<Item = &str> {
+    ops.iter()
+        .filter(|op| op.writes_at_path())
+        .map(|op| op.path.as_str())
+}
+
 /// `jsonpatch.escapeKey`: escapes a map key for a path (`~` → `~0`, `/` → `~1`).
 pub fn escape_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 2);
