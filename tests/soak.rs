@@ -13,8 +13,9 @@
 //!   came back, for one written around an outage) is never superseded by
 //!   an older one, and no version is seen before it was written;
 //! - kmutate's resident memory and open file descriptors stay flat after
-//!   warm-up (the median of the last tenth of the run within 10 % of the
-//!   first tenth after warm-up; descriptors also within 2).
+//!   warm-up, which includes the first apiserver restart (the median of the
+//!   last tenth of the run within 10 % of the first tenth after warm-up;
+//!   descriptors also within 2).
 //!
 //! `.ci/run` runs 3 minutes (`KMUTATE_SOAK_SECONDS=180`, a restart every
 //! 90 s); the long run is
@@ -363,6 +364,23 @@ fn in_downtime(outages: &[(f64, f64)], from: f64, to: f64) -> bool {
         .any(|(down, back)| from <= back + grace && to >= *down)
 }
 
+/// When the warm-up ends: a fifth of the run (at least 30 s), and after the
+/// first apiserver restart's grace. The first reconnection raises the
+/// working set once: the apiserver's webhook client opens connections
+/// again for the requests queued while it was down (a 540-s run: 49.9 MB
+/// before the first restart, 53 to 55 MB after it and after each of the
+/// five that followed). Memory measured from before it would count that
+/// step as growth.
+fn warm_up_end(outages: &[(f64, f64)], duration: f64) -> f64 {
+    let after_first_restart = outages
+        .first()
+        .map_or(0.0, |(_, back)| back + BACK_GRACE.as_secs_f64());
+    (duration * 0.2)
+        .max(30.0)
+        .max(after_first_restart)
+        .min(duration * 0.75)
+}
+
 fn judge(r: &Record, duration: f64) -> Report {
     let mut failures = Vec::new();
     let outside: Vec<_> = r
@@ -421,7 +439,7 @@ fn judge(r: &Record, duration: f64) -> Report {
         ));
     }
     // Flat after warm-up: the first tenth after it against the last tenth.
-    let warm_up = (duration * 0.2).max(30.0).min(duration / 2.0);
+    let warm_up = warm_up_end(&r.outages, duration);
     let tenth = (duration - warm_up) / 10.0;
     let window = |from: f64, to: f64, pick: fn(&(f64, u64, u64)) -> u64| {
         median(
