@@ -308,11 +308,18 @@ impl Table {
 /// [`super::go_round_trip_within`]).
 pub(super) type Within<'w> = Option<&'w Map<String, Value>>;
 
-/// What of the value at `key` to decode, given what of its parent is.
+/// What to visit of a value that `written` stands for: its keys when it is
+/// an object, all of it otherwise.
+pub(super) fn within_value(written: &Value) -> Within<'_> {
+    written.as_object()
+}
+
+/// What of the value at `key` to visit, given what of its parent is;
+/// `None`: none of it.
 fn within_key<'w>(within: Within<'w>, key: &str) -> Option<Within<'w>> {
     match within {
         None => Some(None),
-        Some(written) => written.get(key).map(Value::as_object),
+        Some(written) => written.get(key).map(within_value),
     }
 }
 

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use super::go_decode::{self, table, GoType, Kind, Table, Within};
+use super::go_decode::{self, table, within_value, GoType, Kind, Table, Within};
 use super::model::FastHash;
 use super::typed::MAX_DEPTH;
 
@@ -172,11 +172,6 @@ fn round_trip(object: &mut Value, type_name: Option<&str>, within: Within<'_>) -
     walk.structure(root, object, within, 0)
 }
 
-/// What to visit of a value that `written` stands for.
-fn within_of(written: &Value) -> Within<'_> {
-    written.as_object()
-}
-
 struct Walk<'a> {
     rules: &'a Rules,
 }
@@ -209,7 +204,7 @@ impl Walk<'_> {
             Some(written) => {
                 for (key, written) in written {
                     if let Some(child) = m.get_mut(key) {
-                        visit(key, child, within_of(written));
+                        visit(key, child, within_value(written));
                     }
                 }
             }
@@ -269,7 +264,8 @@ impl Walk<'_> {
                     Some(written) => {
                         for (key, written) in written {
                             if let Some(child) = m.get_mut(key) {
-                                changed |= self.element(elem, child, within_of(written), depth + 1);
+                                changed |=
+                                    self.element(elem, child, within_value(written), depth + 1);
                             }
                         }
                     }
@@ -515,5 +511,79 @@ mod tests {
         let spec = table.index["io.k8s.api.apps.v1.DeploymentSpec"];
         assert!(rules.structs[spec].omits("minReadySeconds"));
         assert!(!rules.structs[spec].omits("replicas"));
+    }
+
+    /// Every type in the table, with the types of its elements.
+    fn all_types(table: &Table) -> Vec<&GoType> {
+        fn with_elements<'t>(ty: &'t GoType, out: &mut Vec<&'t GoType>) {
+            out.push(ty);
+            if let Kind::List(elem) | Kind::Map(elem) = &ty.kind {
+                with_elements(elem, out);
+            }
+        }
+        let mut out = Vec::new();
+        for def in &table.defs {
+            for (ty, _) in def.fields.values() {
+                with_elements(ty, &mut out);
+            }
+        }
+        out
+    }
+
+    /// `never_changes` marks fields the walk skips: it must hold of every
+    /// kind `Walk::value` leaves alone, and of no kind it rewrites, or the
+    /// skipped fields would miss a rewrite.
+    #[test]
+    fn never_changes_agrees_with_the_walk() {
+        // Values that one rewrite or another applies to.
+        let samples = [
+            json!(null),
+            json!(""),
+            json!("2024-01-02T03:04:05+02:00"),
+            json!("2024-01-02T03:04:05.123456+02:00"),
+            json!("1000m"),
+            json!("0.5Gi"),
+            json!(3_000_000_000_i64),
+            json!(1.5),
+            json!(true),
+            json!([null, 3_000_000_000_i64, "1000m"]),
+            json!({"a": null, "b": "2024-01-02T03:04:05+02:00"}),
+        ];
+        let walk = Walk { rules: rules() };
+        let mut rewritten_kinds = HashSet::new();
+        for ty in all_types(table()) {
+            for sample in &samples {
+                let mut v = sample.clone();
+                let changed = walk.value(ty, &mut v, None, 0);
+                assert_eq!(changed, v != *sample, "{:?} on {sample}", ty.kind);
+                if never_changes(&ty.kind) {
+                    assert!(!changed, "{:?} rewrote {sample} to {v}", ty.kind);
+                } else if changed {
+                    rewritten_kinds.insert(walked_label(&ty.kind));
+                }
+            }
+        }
+        // Each kind that is walked was seen rewriting a sample (a struct
+        // only through its fields, which the samples do not name).
+        for kind in ["int32", "quantity", "time", "microtime", "list", "map"] {
+            assert!(
+                rewritten_kinds.contains(kind),
+                "{kind} never rewrote a sample"
+            );
+        }
+    }
+
+    /// The kinds `Walk::value` rewrites, by name.
+    fn walked_label(kind: &Kind) -> &'static str {
+        match kind {
+            Kind::Int32 => "int32",
+            Kind::Quantity => "quantity",
+            Kind::Time => "time",
+            Kind::MicroTime => "microtime",
+            Kind::List(_) => "list",
+            Kind::Map(_) => "map",
+            Kind::Struct(_) => "struct",
+            _ => "other",
+        }
     }
 }
