@@ -1238,12 +1238,13 @@ fn apply_mutation(
             Ok(changed) => {
                 // What the patch wrote, when a fact about the rest of the
                 // object spares visiting it.
-                let written = (checks.go_decodes(schema) || checks.go_encoded(schema))
+                let decoded_before = checks.go_decodes(schema);
+                let written = (decoded_before || checks.go_encoded(schema))
                     .then(|| written_by_patch(object, ops))
                     .flatten();
                 // The result is decoded into the kind's Go types: a value of
                 // the wrong type fails before any unknown field is told.
-                let decode_error = match written.as_ref().filter(|_| checks.go_decodes(schema)) {
+                let decode_error = match written.as_ref().filter(|_| decoded_before) {
                     Some(written) => {
                         crate::schema::go_decode_error_within(object, schema.name(), written)
                     }
