@@ -24,9 +24,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 
 use super::go_decode::{self, table, within_value, GoType, Kind, Table, Within};
-use super::model::FastHash;
+use super::model::{FastHash, Relationship, SchemaData, TypeSpec};
 use super::typed::MAX_DEPTH;
 
 /// What the round trip does to one field of a struct.
@@ -40,6 +41,9 @@ struct FieldRule {
     /// Neither, and of a type whose value the walk never changes: the
     /// field is passed over.
     inert: bool,
+    /// The keys of an associative list of structs, by which a merge
+    /// matches its items (from the built-in schema).
+    list_keys: Option<Box<[String]>>,
 }
 
 /// Per struct (by its place in the Go types table), its fields' rules,
@@ -82,22 +86,37 @@ fn parse_rules(text: &str, table: &'static Table) -> Rules {
             *slot = (names(def.get("omit")), names(def.get("zero")));
         }
     }
+    let mut def_names = vec![""; table.defs.len()];
+    for (name, &i) in &table.index {
+        if let Some(slot) = def_names.get_mut(i) {
+            *slot = name.as_str();
+        }
+    }
+    let schema = &super::SchemaStore::builtin().schema;
     let structs = table
         .defs
         .iter()
         .zip(&zero_fields)
-        .map(|(sdef, (omit, zero))| StructRules {
+        .zip(def_names)
+        .map(|((sdef, (omit, zero)), def_name)| StructRules {
             fields: sdef
                 .fields
                 .iter()
                 .map(|(field, (ty, _))| {
                     let (omit, zero) =
                         (omit.contains(field.as_str()), zero.contains(field.as_str()));
+                    let list_keys = match &ty.kind {
+                        Kind::List(elem) if matches!(elem.kind, Kind::Struct(_)) => {
+                            associative_keys(schema, def_name, field)
+                        }
+                        _ => None,
+                    };
                     let rule = FieldRule {
                         ty,
                         omit,
                         zero,
                         inert: !omit && !zero && never_changes(&ty.kind),
+                        list_keys,
                     };
                     (field.clone(), rule)
                 })
@@ -111,6 +130,16 @@ fn parse_rules(text: &str, table: &'static Table) -> Rules {
             .collect(),
         structs,
     }
+}
+
+/// The keys of the field `field` of the built-in type `def_name` when it is
+/// an associative list with keys.
+fn associative_keys(schema: &SchemaData, def_name: &str, field: &str) -> Option<Box<[String]>> {
+    let owner_type = TypeSpec::named(def_name);
+    let owner = schema.resolve(&owner_type)?.map?;
+    let list = schema.resolve(&owner.def.field(field)?.ty)?.list?;
+    (list.relationship == Some(Relationship::Associative) && !list.def.keys.is_empty())
+        .then(|| list.def.keys.clone().into_boxed_slice())
 }
 
 /// Field names, borrowed from the rules' JSON.
@@ -149,8 +178,11 @@ pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
 /// as the Go types encode it before a mutation wrote it: `written` has the
 /// shape of what the mutation wrote (an applied configuration, or the paths
 /// of a JSON patch as nested objects). Its keys name the fields of a struct,
-/// or the entries of a map, to visit, each with what to visit of it; any
-/// other value of `written`, and a list, stands for the whole value.
+/// or the entries of a map, to visit, each with what to visit of it. A list
+/// of an associative list's items names the object's items with the same
+/// keys, each visited where its item wrote: a merge leaves the other items
+/// as they were. Any other value of `written`, and any other list, stands
+/// for the whole value.
 pub fn go_round_trip_within(
     object: &mut Value,
     type_name: Option<&str>,
@@ -186,8 +218,8 @@ impl Walk<'_> {
         }
         let mut changed = false;
         // Fields left out are rare: found first, removed after.
-        let mut omitted: smallvec::SmallVec<[String; 2]> = smallvec::SmallVec::new();
-        let mut visit = |key: &String, child: &mut Value, written: Within<'_>| {
+        let mut omitted: SmallVec<[String; 2]> = SmallVec::new();
+        let mut visit = |key: &String, child: &mut Value, written: Option<&Value>| {
             let Some(rule) = rules.fields.get(key.as_str()) else {
                 return;
             };
@@ -204,7 +236,7 @@ impl Walk<'_> {
             Some(written) => {
                 for (key, written) in written {
                     if let Some(child) = m.get_mut(key) {
-                        visit(key, child, within_value(written));
+                        visit(key, child, Some(written));
                     }
                 }
             }
@@ -215,12 +247,13 @@ impl Walk<'_> {
         changed || !omitted.is_empty()
     }
 
-    /// One field of a struct: whether it changed, and whether it is left out.
+    /// One field of a struct, of which `written` was written (`None`: all of
+    /// it): whether it changed, and whether it is left out.
     fn field(
         &self,
         rule: &FieldRule,
         child: &mut Value,
-        within: Within<'_>,
+        written: Option<&Value>,
         depth: usize,
     ) -> (bool, bool) {
         if rule.inert {
@@ -235,8 +268,17 @@ impl Walk<'_> {
                 None => (false, false),
             };
         }
+        let keyed = match (&rule.list_keys, &rule.ty.kind, written, &mut *child) {
+            (Some(keys), Kind::List(elem), Some(Value::Array(written)), Value::Array(items)) => {
+                self.keyed_items(elem, items, keys, written, depth + 1)
+            }
+            _ => None,
+        };
         // A time comes back in UTC, the zero time as null.
-        let changed = self.value(rule.ty, child, within, depth + 1);
+        let changed = match keyed {
+            Some(changed) => changed,
+            None => self.value(rule.ty, child, written.and_then(within_value), depth + 1),
+        };
         // A scalar that is null or zero in an `omitempty` field is left
         // out, and a zero time in an `omitzero` one.
         (changed, rule.omit && (child.is_null() || is_zero(child)))
@@ -304,6 +346,46 @@ impl Walk<'_> {
         }
     }
 
+    /// The items of an associative list that the items of an applied
+    /// configuration (`written`) name by their keys, each visited where its
+    /// item wrote; whether any changed. `None`, to visit the whole list, when
+    /// an item on either side cannot be told by its keys (a key missing or
+    /// not a string, integer or bool, an item not an object): the merge may
+    /// have matched it by a key's default.
+    fn keyed_items(
+        &self,
+        elem: &GoType,
+        items: &mut [Value],
+        keys: &[String],
+        written: &[Value],
+        depth: usize,
+    ) -> Option<bool> {
+        fn key_of<'v>(keys: &[String], item: &'v Value) -> Option<SmallVec<[&'v Value; 2]>> {
+            let item = item.as_object()?;
+            keys.iter()
+                .map(|k| item.get(k).filter(|v| is_plain_key(v)))
+                .collect()
+        }
+        let written: Vec<_> = written
+            .iter()
+            .map(|w| Some((key_of(keys, w)?, w.as_object()?)))
+            .collect::<Option<_>>()?;
+        let matched: Vec<Option<&Map<String, Value>>> = items
+            .iter()
+            .map(|item| {
+                let key = key_of(keys, item)?;
+                Some(written.iter().find(|(k, _)| *k == key).map(|(_, w)| *w))
+            })
+            .collect::<Option<_>>()?;
+        let mut changed = false;
+        for (item, within) in items.iter_mut().zip(matched) {
+            if let Some(within) = within {
+                changed |= self.element(elem, item, Some(within), depth);
+            }
+        }
+        Some(changed)
+    }
+
     /// An item of a list or a value of a map: a null is its type's zero.
     fn element(&self, ty: &GoType, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
         if !v.is_null() {
@@ -333,6 +415,15 @@ impl Walk<'_> {
             }
         }
         Some(Value::Object(m))
+    }
+}
+
+/// Whether a list key's value is compared as the merge compares it.
+fn is_plain_key(v: &Value) -> bool {
+    match v {
+        Value::String(_) | Value::Bool(_) => true,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        _ => false,
     }
 }
 
@@ -415,6 +506,68 @@ mod tests {
             &Map::new()
         ));
         assert_eq!(object, before);
+    }
+
+    #[test]
+    fn an_associative_list_written_by_a_merge_is_visited_at_the_items_it_names() {
+        let pod = |cpu_a: &str, cpu_b: &str| {
+            json!({"spec": {"containers": [
+                {"name": "a", "resources": {"requests": {"cpu": cpu_a}}},
+                {"name": "b", "resources": {"requests": {"cpu": cpu_b}}}]}})
+        };
+        let within = |object: &mut Value, written: Value| {
+            go_round_trip_within(
+                object,
+                Some("io.k8s.api.core.v1.Pod"),
+                written.as_object().unwrap(),
+            )
+        };
+        // Only `b` is named: `a` was as the Go types encode it before the
+        // merge, which left it alone.
+        let mut object = pod("1000m", "1000m");
+        let written = json!({"spec": {"containers": [
+            {"name": "b", "resources": {"requests": {"cpu": "1000m"}}}]}});
+        assert!(within(&mut object, written));
+        assert_eq!(object, pod("1000m", "1"));
+        // Within `b`, only what its item wrote.
+        let mut object = pod("1000m", "1000m");
+        let written = json!({"spec": {"containers": [{"name": "b", "image": "x"}]}});
+        assert!(!within(&mut object, written));
+        assert_eq!(object, pod("1000m", "1000m"));
+        // An item the keys cannot tell (a key missing, on either side): the
+        // list is visited whole.
+        for (mut object, written) in [
+            (
+                pod("1000m", "1000m"),
+                json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1000m"}}}]}}),
+            ),
+            (
+                json!({"spec": {"containers": [
+                    {"resources": {"requests": {"cpu": "1000m"}}},
+                    {"name": "b", "resources": {"requests": {"cpu": "1000m"}}}]}}),
+                json!({"spec": {"containers": [{"name": "b", "image": "x"}]}}),
+            ),
+        ] {
+            let mut whole = object.clone();
+            go_round_trip(&mut whole, Some("io.k8s.api.core.v1.Pod"));
+            assert!(within(&mut object, written));
+            assert_eq!(object, whole);
+        }
+        // A list that is not associative (`args`, atomic) stays whole, and
+        // the keys are the schema's: a list of structs keyed by two fields.
+        let rules = rules();
+        let table = table();
+        let container = &rules.structs[table.index["io.k8s.api.core.v1.Container"]];
+        assert_eq!(container.fields["args"].list_keys, None);
+        assert_eq!(
+            container.fields["ports"].list_keys.as_deref(),
+            Some(&["containerPort".to_string(), "protocol".to_string()][..])
+        );
+        let spec = &rules.structs[table.index["io.k8s.api.core.v1.PodSpec"]];
+        assert_eq!(
+            spec.fields["containers"].list_keys.as_deref(),
+            Some(&["name".to_string()][..])
+        );
     }
 
     #[test]
