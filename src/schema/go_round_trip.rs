@@ -380,7 +380,7 @@ impl Walk<'_> {
         let mut changed = false;
         for (item, within) in items.iter_mut().zip(matched) {
             if let Some(within) = within {
-                changed |= self.element(elem, item, Some(within), depth);
+                changed |= self.element(elem, item, Some(within), depth + 1);
             }
         }
         Some(changed)
