@@ -33,7 +33,6 @@ use cel::common::types::{CelList, CelString};
 use cel::common::value::Val;
 use object_checks::ObjectChecks;
 use serde_json::Value as Json;
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
@@ -1227,9 +1226,7 @@ fn apply_mutation(
             )
             .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
             checks.applied(schema);
-            round_trip(object, schema, changed, checks, |_| {
-                applied.patch.as_object().map(Cow::Borrowed)
-            });
+            round_trip(object, schema, changed, checks, applied.patch.as_object());
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it
@@ -1259,9 +1256,7 @@ fn apply_mutation(
                 checks.decoded(schema);
                 let unknown = checks.strict_errors(schema, ops, object);
                 if unknown.is_empty() {
-                    round_trip(object, schema, changed, checks, |_| {
-                        written.as_ref().map(Cow::Borrowed)
-                    });
+                    round_trip(object, schema, changed, checks, written.as_ref());
                     Ok(changed)
                 } else {
                     let fields: Vec<String> = unknown
@@ -1297,24 +1292,20 @@ fn apply_mutation(
 /// The first round trip of an admission visits the whole object, which
 /// makes all of it as the Go types encode it (the round trip changes
 /// nothing twice); later ones visit only what their mutation wrote
-/// (`written` of the result, `None` when unknown: all of it).
-fn round_trip<'w>(
+/// (`written`, `None` when unknown: all of it).
+fn round_trip(
     object: &mut Json,
     schema: &crate::schema::TypeRef,
     changed: bool,
     checks: &mut ObjectChecks,
-    written: impl FnOnce(&Json) -> Option<Cow<'w, serde_json::Map<String, Json>>>,
+    written: Option<&serde_json::Map<String, Json>>,
 ) {
     if !changed {
         return;
     }
-    let written = match checks.go_encoded(schema) {
-        true => written(object),
-        false => None,
-    };
-    match written {
+    match written.filter(|_| checks.go_encoded(schema)) {
         Some(written) => {
-            crate::schema::go_round_trip_within(object, schema.name(), &written);
+            crate::schema::go_round_trip_within(object, schema.name(), written);
         }
         None => {
             crate::schema::go_round_trip(object, schema.name());

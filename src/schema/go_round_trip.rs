@@ -351,7 +351,10 @@ impl Walk<'_> {
     /// item wrote; whether any changed. `None`, to visit the whole list, when
     /// an item on either side cannot be told by its keys (a key missing or
     /// not a string, integer or bool, an item not an object): the merge may
-    /// have matched it by a key's default.
+    /// have matched it by a key's default. (The merge's own
+    /// [`super::typed::item_key`] fills defaults in from the schema's list
+    /// view, which these rules, built once from the Go types, do not hold;
+    /// only the rare item that needs a default is visited with its list.)
     fn keyed_items(
         &self,
         elem: &GoType,
