@@ -20,6 +20,10 @@ pub const MAP_MERGE_FN: &str = "@kmutate_map_merge";
 
 /// `(n, x)`: charges `n`, returns `x`.
 pub(crate) const CHARGE_FN: &str = "!@0kcost";
+/// `(code, cond)`: charges a loop condition's cost (the high half of `code`)
+/// and, when `cond` is `true`, the cost of the step it lets run (the low
+/// half).
+pub(crate) const LOOP_FN: &str = "!@0kcost_loop";
 /// `(code, x)`: charges the call `code` names, from `x` and the remembered
 /// size (or the size of a string literal, which `code` carries).
 pub(crate) const DYN_FN: &str = "!@1kcost_call";

@@ -17,7 +17,8 @@
 //! refused before it is allocated. The wrappers hand their operand back
 //! unchanged; the loop-step shapes the interpreter recognises
 //! (`@result && x`, `@result || x`, `@result + [x]`, `c ? @result + [x] :
-//! @result`) are kept by wrapping `x` and `c`, never the step.
+//! @result`) are kept by charging a step's cost with its loop's condition
+//! and wrapping only `x`, never the step.
 //!
 //! Once an evaluation is over its limit every later charge fails, so loops
 //! stop at their next condition or step and an error absorbed by `||` or
@@ -36,16 +37,26 @@
 //! attribute costs one more, as a relative attribute; the format library's
 //! `validate` and `sortBy`'s key list cost 1; the root's static cost is
 //! charged before evaluation rather than as it goes.
+//!
+//! One difference is larger: cel-go evaluates an error as a value and goes
+//! on (the other operands of a call, the remaining iterations of `map` and
+//! `filter`), charging all of it, where the crate stops at the first error.
+//! What cel-go evaluates after an error is not charged here, so an
+//! expression that fails with an error here may be over its limit
+//! upstream, and an error absorbed by `||`, `&&` or a macro leaves the cost
+//! lower. Loop steps are the exception: their cost is charged with the
+//! condition that lets them run, so `all` and `exists` charge a failing
+//! step in full, as cel-go does.
 
 use super::access::Access;
 use super::ast::{
-    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, GROWTH_FN, MAP_INSERT_FN, MAP_MERGE_FN, RANGE_FN,
-    SIZE_FN,
+    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN, MAP_MERGE_FN,
+    RANGE_FN, SIZE_FN,
 };
 use super::convert::{as_selected_fields, SelectedFields};
 use super::object_types::as_struct;
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
-use cel::common::types::{self, CelBytes, CelInt, CelList, CelMap, CelString};
+use cel::common::types::{self, CelBool, CelBytes, CelInt, CelList, CelMap, CelString};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use serde_json::Value as Json;
@@ -97,6 +108,9 @@ thread_local! {
     static TICKS: Cell<u32> = const { Cell::new(0) };
     static STOPPED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// The largest cost either half of a [`LOOP_FN`] code holds.
+const LOOP_HALF: u64 = (1 << 31) - 1;
 
 /// How many charges pass between two looks at the clock: upstream's
 /// `celconfig.CheckFrequency`, there counted in comprehension iterations.
@@ -253,6 +267,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     // declared `dyn`, matching it skips a comparison of type names.
     let two_dyn = || vec![types::DYN_TYPE, types::DYN_TYPE];
     env.add_overload(CHARGE_FN, "kcost", two_dyn(), charge_fn)?;
+    env.add_overload(LOOP_FN, "kcost_loop", two_dyn(), loop_fn)?;
     env.add_overload(ALLOC_FN, "kcost_alloc", two_dyn(), alloc_fn)?;
     env.add_overload(RANGE_FN, "kcost_range", two_dyn(), range_fn)?;
     env.add_overload(GROWTH_FN, "kcost_growth", two_dyn(), growth_fn)?;
@@ -271,6 +286,15 @@ fn charge_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     let x = args.pop().expect("two arguments");
     charge(int_arg(&args[0]))?;
     Ok(x)
+}
+
+fn loop_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let cond = args.pop().expect("two arguments");
+    let code = int_arg(&args[0]);
+    let runs_step = cond.downcast_ref::<CelBool>().is_some_and(|b| *b.inner());
+    let step = if runs_step { code & LOOP_HALF } else { 0 };
+    charge((code >> 32) + step)?;
+    Ok(cond)
 }
 
 fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -1033,10 +1057,14 @@ impl Instrumenter<'_> {
 
         // The condition: charged outside it, so that a loop stops at its next
         // condition once the evaluation is over its limit (an error inside
-        // `@not_strictly_false` would be taken for true).
+        // `@not_strictly_false` would be taken for true). The step's part
+        // that always runs is charged with it, before the step: cel-go
+        // charges every step it evaluates, whatever its value, while the
+        // crate stops a step at its first error, which `all`, `exists` or
+        // an enclosing `||` may then absorb.
         let cond = self.visit(&mut c.loop_cond, false);
-        self.charge_when_run(&mut c.loop_cond, cond);
-        self.loop_step(&mut c.loop_step, &c.accu_var);
+        let step = self.loop_step(&mut c.loop_step, &c.accu_var);
+        self.charge_loop(&mut c.loop_cond, cond, step);
 
         self.loop_depth -= 1;
         cost += self.visit(&mut c.result, false);
@@ -1044,43 +1072,56 @@ impl Instrumenter<'_> {
         cost
     }
 
-    /// Instruments a loop step so that each iteration charges its cost,
-    /// keeping the shapes the interpreter recognises.
-    fn loop_step(&mut self, step: &mut IdedExpr, accu: &str) {
+    /// Instruments a loop step, keeping the shapes the interpreter
+    /// recognises; returns the cost of its part that always runs, for the
+    /// condition to charge (see [`Self::charge_loop`]).
+    fn loop_step(&mut self, step: &mut IdedExpr, accu: &str) -> u64 {
         match step_shape(step, accu) {
             StepShape::Fold => {
                 // `@result && x`: `x` runs on every iteration (the loop stops
                 // once the accumulator decides the result).
-                if let Expr::Call(call) = &mut step.expr {
-                    let x = &mut call.args[1];
-                    let cost = SELECT_AND_IDENT + self.visit(x, false);
-                    self.charge_when_run(x, cost);
-                }
+                let Expr::Call(call) = &mut step.expr else {
+                    return 0;
+                };
+                SELECT_AND_IDENT + self.visit(&mut call.args[1], false)
             }
             StepShape::Append => {
-                // `@result + [x]`
-                if let Expr::Call(call) = &mut step.expr {
-                    let cost = self.appended(&mut call.args[1]) + 1 + SELECT_AND_IDENT;
-                    self.appended_charge(&mut call.args[1], cost);
-                }
+                // `@result + [x]`: the wrapper on `x` only measures it.
+                let Expr::Call(call) = &mut step.expr else {
+                    return 0;
+                };
+                let cost = self.appended(&mut call.args[1]) + 1 + SELECT_AND_IDENT;
+                self.appended_charge(&mut call.args[1], 0);
+                cost
             }
             StepShape::GuardedAppend => {
-                // `c ? @result + [x] : @result`: the `@result` of the other
-                // branch is charged with `c`, the rest of the append with `x`.
-                if let Expr::Call(call) = &mut step.expr {
-                    let c_cost = self.visit(&mut call.args[0], false) + SELECT_AND_IDENT;
-                    self.charge_when_run(&mut call.args[0], c_cost);
-                    if let Expr::Call(append) = &mut call.args[1].expr {
-                        let cost = self.appended(&mut append.args[1]) + 1;
-                        self.appended_charge(&mut append.args[1], cost);
-                    }
+                // `c ? @result + [x] : @result`: `c` and the `@result` of the
+                // other branch always run, the rest of the append when `c`.
+                let Expr::Call(call) = &mut step.expr else {
+                    return 0;
+                };
+                let c_cost = self.visit(&mut call.args[0], false) + SELECT_AND_IDENT;
+                if let Expr::Call(append) = &mut call.args[1].expr {
+                    let cost = self.appended(&mut append.args[1]) + 1;
+                    self.appended_charge(&mut append.args[1], cost);
                 }
+                c_cost
             }
-            StepShape::Other => {
-                let cost = self.visit(step, false);
-                self.charge_when_run(step, cost);
-            }
+            StepShape::Other => self.visit(step, false),
         }
+    }
+
+    /// Wraps a loop condition to charge its own cost on every iteration and
+    /// the step's when it lets the step run (evaluates to `true`, as in
+    /// cel-go's fold).
+    fn charge_loop(&mut self, cond: &mut IdedExpr, cond_cost: u64, step_cost: u64) {
+        if step_cost == 0 {
+            return self.charge_when_run(cond, cond_cost);
+        }
+        // A half at its ceiling is over every limit already.
+        let half = |n: u64| n.min(LOOP_HALF);
+        let code = (half(cond_cost) << 32) | half(step_cost);
+        self.wrap(cond, LOOP_FN, code as i64);
     }
 
     /// Instruments the single element of the `[x]` a step appends; returns
@@ -1465,6 +1506,18 @@ mod tests {
         assert_eq!(
             cost_of("[1, 2, 3].filter(x, x > 1)").unwrap(),
             3 * 3 + 2 * 12 + 1
+        );
+    }
+
+    #[test]
+    fn a_step_is_charged_when_its_error_is_absorbed() {
+        // cel-go charges each step it evaluates whatever its value: per
+        // element @not_strictly_false(!@result) (3) + @result (1) + x (1) +
+        // x / 0 (1) + == (1); exists goes on after an error and `|| true`
+        // absorbs it; then the result @result (1).
+        assert_eq!(
+            cost_of("[1, 2, 3].exists(x, x / 0 == 1) || true").unwrap(),
+            3 * 7 + 1
         );
     }
 
