@@ -580,16 +580,8 @@ fn is_ident(e: &IdedExpr, ident: &str) -> bool {
     }
 }
 
-/// Whether `e` is the literal `true` (also under the cost meter's loop
-/// wrapper, which charges the step with the condition).
 fn is_true(e: &IdedExpr) -> bool {
-    match &e.expr {
-        Expr::Literal(LiteralValue::Boolean(b)) => **b,
-        Expr::Call(call) if call.func_name == super::ast::LOOP_FN && call.args.len() == 2 => {
-            is_true(&call.args[1])
-        }
-        _ => false,
-    }
+    matches!(&e.expr, Expr::Literal(LiteralValue::Boolean(b)) if **b)
 }
 
 /// The chains from the variable `name` whose values a comprehension's

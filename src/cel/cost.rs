@@ -17,8 +17,8 @@
 //! refused before it is allocated. The wrappers hand their operand back
 //! unchanged; the loop-step shapes the interpreter recognises
 //! (`@result && x`, `@result || x`, `@result + [x]`, `c ? @result + [x] :
-//! @result`) are kept by charging a step's cost with its loop's condition
-//! and wrapping only `x`, never the step.
+//! @result`) are kept by wrapping `x` and `c`, never the step, and the
+//! cost of an `all` or `exists` step is charged with its loop's condition.
 //!
 //! Once an evaluation is over its limit every later charge fails, so loops
 //! stop at their next condition or step and an error absorbed by `||` or
@@ -44,9 +44,9 @@
 //! What cel-go evaluates after an error is not charged here, so an
 //! expression that fails with an error here may be over its limit
 //! upstream, and an error absorbed by `||`, `&&` or a macro leaves the cost
-//! lower. Loop steps are the exception: their cost is charged with the
-//! condition that lets them run, so `all` and `exists` charge a failing
-//! step in full, as cel-go does.
+//! lower. The steps of `all` and `exists` are the exception: their cost is
+//! charged with the condition that lets them run, so a failing step is
+//! charged in full, as cel-go does.
 
 use super::access::Access;
 use super::ast::{
@@ -1061,11 +1061,13 @@ impl Instrumenter<'_> {
         // that always runs is charged with it, before the step: cel-go
         // charges every step it evaluates, whatever its value, while the
         // crate stops a step at its first error, which `all`, `exists` or
-        // an enclosing `||` may then absorb.
+        // an enclosing `||` may then absorb. A literal condition (`map`,
+        // `filter`, `exists_one`) stays as it is: the crate builds an
+        // appended list in place only under one, so the step charges itself.
+        let literal_cond = matches!(c.loop_cond.expr, Expr::Literal(_));
         let cond = self.visit(&mut c.loop_cond, false);
-        let step = self.loop_step(&mut c.loop_step, &c.accu_var);
+        let step = self.loop_step(&mut c.loop_step, &c.accu_var, literal_cond);
         self.charge_loop(&mut c.loop_cond, cond, step);
-
         self.loop_depth -= 1;
         cost += self.visit(&mut c.result, false);
         self.bound.truncate(scope);
@@ -1073,9 +1075,10 @@ impl Instrumenter<'_> {
     }
 
     /// Instruments a loop step, keeping the shapes the interpreter
-    /// recognises; returns the cost of its part that always runs, for the
-    /// condition to charge (see [`Self::charge_loop`]).
-    fn loop_step(&mut self, step: &mut IdedExpr, accu: &str) -> u64 {
+    /// recognises; returns the cost of its part that always runs that is
+    /// left for the condition to charge (see [`Self::charge_loop`]), none
+    /// when `in_place` or the step is an append.
+    fn loop_step(&mut self, step: &mut IdedExpr, accu: &str, in_place: bool) -> u64 {
         match step_shape(step, accu) {
             StepShape::Fold => {
                 // `@result && x`: `x` runs on every iteration (the loop stops
@@ -1083,31 +1086,46 @@ impl Instrumenter<'_> {
                 let Expr::Call(call) = &mut step.expr else {
                     return 0;
                 };
-                SELECT_AND_IDENT + self.visit(&mut call.args[1], false)
+                let x = &mut call.args[1];
+                let cost = SELECT_AND_IDENT + self.visit(x, false);
+                self.charged_here_or_left(x, cost, in_place)
             }
             StepShape::Append => {
-                // `@result + [x]`: the wrapper on `x` only measures it.
-                let Expr::Call(call) = &mut step.expr else {
-                    return 0;
-                };
-                let cost = self.appended(&mut call.args[1]) + 1 + SELECT_AND_IDENT;
-                self.appended_charge(&mut call.args[1], 0);
-                cost
+                // `@result + [x]`
+                if let Expr::Call(call) = &mut step.expr {
+                    let cost = self.appended(&mut call.args[1]) + 1 + SELECT_AND_IDENT;
+                    self.appended_charge(&mut call.args[1], cost);
+                }
+                0
             }
             StepShape::GuardedAppend => {
-                // `c ? @result + [x] : @result`: `c` and the `@result` of the
-                // other branch always run, the rest of the append when `c`.
-                let Expr::Call(call) = &mut step.expr else {
-                    return 0;
-                };
-                let c_cost = self.visit(&mut call.args[0], false) + SELECT_AND_IDENT;
-                if let Expr::Call(append) = &mut call.args[1].expr {
-                    let cost = self.appended(&mut append.args[1]) + 1;
-                    self.appended_charge(&mut append.args[1], cost);
+                // `c ? @result + [x] : @result`: the `@result` of the other
+                // branch is charged with `c`, the rest of the append with `x`.
+                if let Expr::Call(call) = &mut step.expr {
+                    let c_cost = self.visit(&mut call.args[0], false) + SELECT_AND_IDENT;
+                    self.charge_when_run(&mut call.args[0], c_cost);
+                    if let Expr::Call(append) = &mut call.args[1].expr {
+                        let cost = self.appended(&mut append.args[1]) + 1;
+                        self.appended_charge(&mut append.args[1], cost);
+                    }
                 }
-                c_cost
+                0
             }
-            StepShape::Other => self.visit(step, false),
+            StepShape::Other => {
+                let cost = self.visit(step, false);
+                self.charged_here_or_left(step, cost, in_place)
+            }
+        }
+    }
+
+    /// Wraps `e` to charge `cost` when it runs, if `in_place`; otherwise
+    /// returns `cost` for the loop's condition to charge.
+    fn charged_here_or_left(&mut self, e: &mut IdedExpr, cost: u64, in_place: bool) -> u64 {
+        if in_place {
+            self.charge_when_run(e, cost);
+            0
+        } else {
+            cost
         }
     }
 
