@@ -27,6 +27,10 @@ pub(crate) const LOOP_FN: &str = "!@0kcost_loop";
 /// `(code, x)`: charges the call `code` names, from `x` and the remembered
 /// size (or the size of a string literal, which `code` carries).
 pub(crate) const DYN_FN: &str = "!@1kcost_call";
+/// `(negated, a, b)`: charges `a == b` by the sizes of its operands and
+/// returns it (`a != b` when `negated` is 1): one call in place of the
+/// operator and the two that would charge it.
+pub(crate) const EQUALS_FN: &str = "!@1kcost_equals";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
 pub(crate) const SIZE_FN: &str = "!@2kcost_size";
 /// `(n, x)`: charges `n` and the values a comprehension copies out of its

@@ -50,8 +50,8 @@
 
 use super::access::Access;
 use super::ast::{
-    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN, MAP_MERGE_FN,
-    RANGE_FN, SIZE_FN,
+    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, EQUALS_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN,
+    MAP_MERGE_FN, RANGE_FN, SIZE_FN,
 };
 use super::convert::{as_selected_fields, SelectedFields};
 use super::object_types::as_struct;
@@ -268,6 +268,8 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     let two_dyn = || vec![types::DYN_TYPE, types::DYN_TYPE];
     env.add_overload(CHARGE_FN, "kcost", two_dyn(), charge_fn)?;
     env.add_overload(LOOP_FN, "kcost_loop", two_dyn(), loop_fn)?;
+    let three_dyn = vec![types::DYN_TYPE, types::DYN_TYPE, types::DYN_TYPE];
+    env.add_overload(EQUALS_FN, "kcost_equals", three_dyn, equals_fn)?;
     env.add_overload(ALLOC_FN, "kcost_alloc", two_dyn(), alloc_fn)?;
     env.add_overload(RANGE_FN, "kcost_range", two_dyn(), range_fn)?;
     env.add_overload(GROWTH_FN, "kcost_growth", two_dyn(), growth_fn)?;
@@ -295,6 +297,20 @@ fn loop_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     let step = if runs_step { code & LOOP_HALF } else { 0 };
     charge((code >> 32) + step)?;
     Ok(cond)
+}
+
+fn equals_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let b = args.pop().expect("three arguments");
+    let a = args.pop().expect("three arguments");
+    let negated = int_arg(&args[0]) == 1;
+    let size = actual_size(a.as_ref()).min(actual_size(b.as_ref()));
+    charge(scaled(size, STRING_TRAVERSAL))?;
+    let value = if negated { a != b } else { a == b };
+    Ok(CowVal::Borrowed(if value {
+        &CelBool::TRUE
+    } else {
+        &CelBool::FALSE
+    }))
 }
 
 fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -567,8 +583,6 @@ fn traversal_cost(v: &dyn Val) -> u64 {
 enum Kind {
     /// `a + b`, on `b`, `a` remembered.
     Add = 1,
-    /// `a == b`, `a != b`, on `b`, `a` remembered.
-    Equality,
     /// `a < b` and the like, on `b`, `a` remembered.
     Ordering,
     /// `a in b`, on `b`.
@@ -612,9 +626,8 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 22] = [
+    const ALL: [Kind; 21] = [
         Kind::Add,
-        Kind::Equality,
         Kind::Ordering,
         Kind::In,
         Kind::Contains,
@@ -642,7 +655,6 @@ impl Kind {
         matches!(
             self,
             Kind::Add
-                | Kind::Equality
                 | Kind::Ordering
                 | Kind::Contains
                 | Kind::Matches
@@ -712,7 +724,6 @@ fn call_cost(kind: Kind, x: &dyn Val, other: Option<Size>) -> Result<u64, Execut
                 1
             }
         }
-        Kind::Equality => scaled(other.size.min(size), STRING_TRAVERSAL),
         Kind::Ordering => {
             if same(Tag::String) || same(Tag::Bytes) {
                 scaled(other.size.min(size), STRING_TRAVERSAL)
@@ -1224,7 +1235,7 @@ impl Instrumenter<'_> {
                     if let Some(k) = known {
                         return cost + k;
                     }
-                    self.remember_and_charge(call, 0, 1, Kind::Equality, slot);
+                    self.fuse_equality(e);
                     return cost;
                 }
                 (
@@ -1387,6 +1398,21 @@ impl Instrumenter<'_> {
         cost
     }
 
+    /// Replaces `a == b` (or `a != b`) by the [`EQUALS_FN`] call that
+    /// charges and compares.
+    fn fuse_equality(&mut self, e: &mut IdedExpr) {
+        let Expr::Call(call) = &mut e.expr else {
+            return;
+        };
+        let negated = i64::from(call.func_name == operators::NOT_EQUALS);
+        let flag = IdedExpr {
+            id: self.id(),
+            expr: Expr::Literal(LiteralValue::Int(CelInt::from(negated))),
+        };
+        call.func_name = EQUALS_FN.to_string();
+        call.args.insert(0, flag);
+    }
+
     /// Wraps `e` to charge the call `kind` from its value.
     fn charge_on(&mut self, e: &mut IdedExpr, kind: Kind, slot: u32) {
         self.wrap(e, DYN_FN, encode(kind, slot));
@@ -1524,6 +1550,31 @@ mod tests {
         assert_eq!(
             cost_of("[1, 2, 3].filter(x, x > 1)").unwrap(),
             3 * 3 + 2 * 12 + 1
+        );
+    }
+
+    #[test]
+    fn equality_of_values_costs_by_the_shorter_and_answers_as_the_operator() {
+        // Operands no literal: the call that charges also compares.
+        let a = format!("['{}'][0]", "a".repeat(100));
+        let b = format!("['{}'][0]", "b".repeat(300));
+        let operands = cost_of(&a).unwrap() + cost_of(&b).unwrap();
+        for (op, same, other) in [("==", true, false), ("!=", false, true)] {
+            // cel-go: ceil(min(100, 300) * 0.1).
+            assert_eq!(cost_of(&format!("{a} {op} {b}")).unwrap(), operands + 10);
+            assert_eq!(
+                crate::cel::eval_json(&format!("{a} {op} {a}")),
+                Ok(same.into())
+            );
+            assert_eq!(
+                crate::cel::eval_json(&format!("{a} {op} {b}")),
+                Ok(other.into())
+            );
+        }
+        // Heterogeneous numbers are equal as the operator has them.
+        assert_eq!(
+            crate::cel::eval_json("[1][0] == dyn([1.0][0])"),
+            Ok(true.into())
         );
     }
 
