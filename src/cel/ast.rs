@@ -31,6 +31,10 @@ pub(crate) const DYN_FN: &str = "!@1kcost_call";
 /// returns it (`a != b` when `negated` is 1): one call in place of the
 /// operator and the two that would charge it.
 pub(crate) const EQUALS_FN: &str = "!@1kcost_equals";
+/// `(which, s, t)`: charges and answers `s.contains(t)` (`which` 0),
+/// `s.startsWith(t)` (1) or `s.endsWith(t)` (2), declared on strings
+/// alone: one call in place of the method and the one that charged it.
+pub(crate) const STRING_PREDICATE_FN: &str = "!@1kcost_string";
 /// `(code, x)`: remembers the size of `x` for the call `code` names.
 pub(crate) const SIZE_FN: &str = "!@2kcost_size";
 /// `(n, x)`: charges `n` and the values a comprehension copies out of its

@@ -14,11 +14,14 @@
 //! `in`, `contains`, `matches`, the Kubernetes library functions) are charged
 //! by internal functions wrapped around the operands, which see the values
 //! before the operation runs, so that a result too large for the budget is
-//! refused before it is allocated. The wrappers hand their operand back
-//! unchanged; the loop-step shapes the interpreter recognises
-//! (`@result && x`, `@result || x`, `@result + [x]`, `c ? @result + [x] :
-//! @result`) are kept by wrapping `x` and `c`, never the step, and the
-//! cost of an `all` or `exists` step is charged with its loop's condition.
+//! refused before it is allocated. Where the operation is simple enough
+//! (`==`, `!=`, `contains`, `startsWith`, `endsWith`), one internal call
+//! charges and answers it, in place of the call and the wrappers around
+//! its operands. The wrappers hand their operand back unchanged; the
+//! loop-step shapes the interpreter recognises (`@result && x`, `@result
+//! || x`, `@result + [x]`, `c ? @result + [x] : @result`) are kept by
+//! wrapping `x` and `c`, never the step, and the cost of an `all` or
+//! `exists` step is charged with its loop's condition.
 //!
 //! Once an evaluation is over its limit every later charge fails, so loops
 //! stop at their next condition or step and an error absorbed by `||` or
@@ -51,7 +54,7 @@
 use super::access::Access;
 use super::ast::{
     ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, EQUALS_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN,
-    MAP_MERGE_FN, RANGE_FN, SIZE_FN,
+    MAP_MERGE_FN, RANGE_FN, SIZE_FN, STRING_PREDICATE_FN,
 };
 use super::convert::{as_selected_fields, SelectedFields};
 use super::object_types::as_struct;
@@ -268,8 +271,14 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     let two_dyn = || vec![types::DYN_TYPE, types::DYN_TYPE];
     env.add_overload(CHARGE_FN, "kcost", two_dyn(), charge_fn)?;
     env.add_overload(LOOP_FN, "kcost_loop", two_dyn(), loop_fn)?;
-    let three_dyn = vec![types::DYN_TYPE, types::DYN_TYPE, types::DYN_TYPE];
-    env.add_overload(EQUALS_FN, "kcost_equals", three_dyn, equals_fn)?;
+    let three_dyn = || vec![types::DYN_TYPE, types::DYN_TYPE, types::DYN_TYPE];
+    env.add_overload(EQUALS_FN, "kcost_equals", three_dyn(), equals_fn)?;
+    env.add_overload(
+        STRING_PREDICATE_FN,
+        "kcost_string",
+        three_dyn(),
+        string_predicate_fn,
+    )?;
     env.add_overload(ALLOC_FN, "kcost_alloc", two_dyn(), alloc_fn)?;
     env.add_overload(RANGE_FN, "kcost_range", two_dyn(), range_fn)?;
     env.add_overload(GROWTH_FN, "kcost_growth", two_dyn(), growth_fn)?;
@@ -306,6 +315,49 @@ fn equals_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     let size = actual_size(a.as_ref()).min(actual_size(b.as_ref()));
     charge(scaled(size, STRING_TRAVERSAL))?;
     let value = if negated { a != b } else { a == b };
+    Ok(CowVal::Borrowed(if value {
+        &CelBool::TRUE
+    } else {
+        &CelBool::FALSE
+    }))
+}
+
+/// The methods [`STRING_PREDICATE_FN`] answers, by the code it is given.
+const STRING_PREDICATES: [&str; 3] = ["contains", "startsWith", "endsWith"];
+
+fn string_predicate_fn<'b, 'v>(
+    mut args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let t = args.pop().expect("three arguments");
+    let s = args.pop().expect("three arguments");
+    let which = int_arg(&args[0]) as usize;
+    // cel-go: the string's traversal, times the substring's for `contains`.
+    let traversal = |v: &CowVal<'_, '_>| scaled(actual_size(v.as_ref()), STRING_TRAVERSAL);
+    let strings = s
+        .downcast_ref::<CelString>()
+        .zip(t.downcast_ref::<CelString>())
+        .map(|(s, t)| (s.inner(), t.inner()));
+    let cost = match (which, strings) {
+        (0, Some(_)) => traversal(&s).saturating_mul(traversal(&t)),
+        (0, None) => 1,
+        _ => traversal(&s),
+    };
+    charge(cost)?;
+    let Some((st, tt)) = strings else {
+        // The methods are declared on strings alone.
+        return Err(ExecutionError::no_such_member_overload(
+            STRING_PREDICATES[which],
+            vec![
+                s.get_type().name().to_owned(),
+                t.get_type().name().to_owned(),
+            ],
+        ));
+    };
+    let value = match which {
+        0 => st.contains(tt),
+        1 => st.starts_with(tt),
+        _ => st.ends_with(tt),
+    };
     Ok(CowVal::Borrowed(if value {
         &CelBool::TRUE
     } else {
@@ -587,8 +639,6 @@ enum Kind {
     Ordering,
     /// `a in b`, on `b`.
     In,
-    /// `s.contains(t)`, on `s`, `t` remembered.
-    Contains,
     /// `s.matches(re)`, `s.find(re)`, `s.findAll(re, ...)`, on `s`, `re` remembered.
     Matches,
     /// `matches(s, re)`, on `re`, `s` remembered.
@@ -626,11 +676,10 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 21] = [
+    const ALL: [Kind; 20] = [
         Kind::Add,
         Kind::Ordering,
         Kind::In,
-        Kind::Contains,
         Kind::Matches,
         Kind::MatchesGlobal,
         Kind::Traversal,
@@ -656,7 +705,6 @@ impl Kind {
             self,
             Kind::Add
                 | Kind::Ordering
-                | Kind::Contains
                 | Kind::Matches
                 | Kind::MatchesGlobal
                 | Kind::Join
@@ -734,13 +782,6 @@ fn call_cost(kind: Kind, x: &dyn Val, other: Option<Size>) -> Result<u64, Execut
         Kind::In => {
             if x.downcast_ref::<CelList>().is_some() {
                 size
-            } else {
-                1
-            }
-        }
-        Kind::Contains => {
-            if same(Tag::String) {
-                scaled(size, STRING_TRAVERSAL).saturating_mul(scaled(other.size, STRING_TRAVERSAL))
             } else {
                 1
             }
@@ -1310,17 +1351,20 @@ impl Instrumenter<'_> {
             None
         };
         let member = call.target.is_some() && !namespace;
+        if member && arity == 1 && STRING_PREDICATES.contains(&name.as_str()) {
+            self.fuse_string_predicate(e);
+            return cost - 1;
+        }
         if member {
             // Arguments run before the target: the target's wrapper runs
             // last, right before the call.
             let on_target = match (name.as_str(), arity) {
                 ("lowerAscii" | "upperAscii" | "substring" | "trim", _) => Some(Kind::Traversal),
-                ("startsWith" | "endsWith" | "format", _) => Some(Kind::Traversal),
+                ("format", _) => Some(Kind::Traversal),
                 ("replace" | "split", _) => Some(Kind::DoubleTraversal),
                 ("isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf", _) => {
                     Some(Kind::Elements)
                 }
-                ("contains", 1) => Some(Kind::Contains),
                 ("matches", 1) | ("find" | "findAll", 1 | 2) => Some(Kind::Matches),
                 ("join", 0 | 1) => Some(Kind::Join),
                 ("flatten", 0 | 1) => Some(Kind::Flatten),
@@ -1411,6 +1455,27 @@ impl Instrumenter<'_> {
         };
         call.func_name = EQUALS_FN.to_string();
         call.args.insert(0, flag);
+    }
+
+    /// Replaces `s.contains(t)` (or `startsWith`, `endsWith`) by the
+    /// [`STRING_PREDICATE_FN`] call that charges and answers it.
+    fn fuse_string_predicate(&mut self, e: &mut IdedExpr) {
+        let Expr::Call(call) = &mut e.expr else {
+            return;
+        };
+        let Some(which) = STRING_PREDICATES.iter().position(|p| *p == call.func_name) else {
+            return;
+        };
+        let Some(target) = call.target.take() else {
+            return;
+        };
+        let code = IdedExpr {
+            id: self.id(),
+            expr: Expr::Literal(LiteralValue::Int(CelInt::from(which as i64))),
+        };
+        call.func_name = STRING_PREDICATE_FN.to_string();
+        call.args.insert(0, *target);
+        call.args.insert(0, code);
     }
 
     /// Wraps `e` to charge the call `kind` from its value.
@@ -1576,6 +1641,38 @@ mod tests {
             crate::cel::eval_json("[1][0] == dyn([1.0][0])"),
             Ok(true.into())
         );
+    }
+
+    #[test]
+    fn string_predicates_on_strings_cost_and_answer_as_the_methods() {
+        let s = "a".repeat(100);
+        for (src, cost, value) in [
+            // cel-go: ceil(100 * 0.1) * ceil(30 * 0.1), ceil(100 * 0.1).
+            (format!("'{s}'.contains('{}')", "a".repeat(30)), 30, true),
+            (format!("'{s}'.contains('b')"), 10, false),
+            (format!("'{s}'.startsWith('aa')"), 10, true),
+            (format!("'{s}'.startsWith('b')"), 10, false),
+            (format!("'{s}b'.endsWith('ab')"), 11, true),
+            (format!("'{s}'.endsWith('b')"), 10, false),
+        ] {
+            assert_eq!(cost_of(&src), Ok(cost), "{src}");
+            assert_eq!(crate::cel::eval_json(&src), Ok(value.into()), "{src}");
+        }
+    }
+
+    #[test]
+    fn a_string_predicate_on_another_value_fails_as_the_method_does() {
+        // What the crate's method call says of an int target (`dyn` is no
+        // string to the checker, so this one is the method itself).
+        let expected = crate::cel::eval_json("dyn(5).contains('a')").unwrap_err();
+        let _meter = Meter::start(u64::MAX);
+        let args = vec![
+            CowVal::owned(CelInt::from(0)),
+            CowVal::owned(CelInt::from(5)),
+            CowVal::owned(CelString::from("a")),
+        ];
+        let got = string_predicate_fn(args).map(|_| ()).unwrap_err();
+        assert_eq!(error_text(&got), expected);
     }
 
     #[test]
