@@ -598,14 +598,15 @@ fn range_paths<'e>(e: &'e IdedExpr, name: &str) -> Option<Vec<Vec<&'e str>>> {
     let Expr::Call(call) = &e.expr else {
         return None;
     };
-    match (call.target.as_deref(), call.args.as_slice()) {
-        (None, [left, right]) if call.func_name == operators::ADD => {
-            let mut paths = range_paths(left, name)?;
-            paths.extend(range_paths(right, name)?);
-            Some(paths)
-        }
-        _ => None,
-    }
+    // `+` as written, or as the cost meter's call that charges and adds.
+    let (left, right) = match (call.target.as_deref(), call.args.as_slice()) {
+        (None, [left, right]) if call.func_name == operators::ADD => (left, right),
+        (None, [_, left, right]) if call.func_name == super::ast::ADD_FN => (left, right),
+        _ => return None,
+    };
+    let mut paths = range_paths(left, name)?;
+    paths.extend(range_paths(right, name)?);
+    Some(paths)
 }
 
 /// The most literals [`literal_strings`] gives: each is a copy of the

@@ -31,6 +31,10 @@ pub(crate) const DYN_FN: &str = "!@1kcost_call";
 /// returns it (`a != b` when `negated` is 1): one call in place of the
 /// operator and the two that would charge it.
 pub(crate) const EQUALS_FN: &str = "!@1kcost_equals";
+/// `(0, a, b)`: charges `a + b` by its operands' sizes (a list's values
+/// to the allocation guard) and returns it: one call in place of the
+/// operator and the two that would charge it.
+pub(crate) const ADD_FN: &str = "!@1kcost_add";
 /// `(which, s, t)`: charges and answers `s.contains(t)` (`which` 0),
 /// `s.startsWith(t)` (1) or `s.endsWith(t)` (2), declared on strings
 /// alone: one call in place of the method and the one that charged it.

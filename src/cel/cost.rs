@@ -53,7 +53,7 @@
 
 use super::access::Access;
 use super::ast::{
-    ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, EQUALS_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN,
+    ADD_FN, ALLOC_FN, CHARGE_FN, DYN_FN, ENTRIES_FN, EQUALS_FN, GROWTH_FN, LOOP_FN, MAP_INSERT_FN,
     MAP_MERGE_FN, RANGE_FN, SIZE_FN, STRING_PREDICATE_FN,
 };
 use super::convert::{as_selected_fields, SelectedFields};
@@ -61,7 +61,7 @@ use super::object_types::as_struct;
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{self, CelBool, CelBytes, CelInt, CelList, CelMap, CelString};
 use cel::common::value::{CowVal, Val};
-use cel::{DeclarationError, Env, ExecutionError};
+use cel::{DeclarationError, Env, ExecutionError, Value};
 use serde_json::Value as Json;
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
@@ -273,6 +273,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload(LOOP_FN, "kcost_loop", two_dyn(), loop_fn)?;
     let three_dyn = || vec![types::DYN_TYPE, types::DYN_TYPE, types::DYN_TYPE];
     env.add_overload(EQUALS_FN, "kcost_equals", three_dyn(), equals_fn)?;
+    env.add_overload(ADD_FN, "kcost_add", three_dyn(), add_fn)?;
     env.add_overload(
         STRING_PREDICATE_FN,
         "kcost_string",
@@ -320,6 +321,22 @@ fn equals_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     } else {
         &CelBool::FALSE
     }))
+}
+
+fn add_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let b = args.pop().expect("three arguments");
+    let a = args.pop().expect("three arguments");
+    let cost = call_cost(Kind::Add, b.as_ref(), Some(Size::of(a.as_ref(), true)))?;
+    charge(cost)?;
+    // What the crate's `+` does.
+    let Some(adder) = a.as_adder() else {
+        return Err(ExecutionError::UnsupportedBinaryOperator(
+            "add",
+            Value::try_from(a.as_ref()).unwrap_or(Value::Null),
+            Value::try_from(b.as_ref()).unwrap_or(Value::Null),
+        ));
+    };
+    Ok(CowVal::Owned(adder.add(b.as_ref())?.into_owned()))
 }
 
 /// The methods [`STRING_PREDICATE_FN`] answers, by the code it is given.
@@ -1261,7 +1278,7 @@ impl Instrumenter<'_> {
                     if is_number_literal(&call.args[0]) || is_number_literal(&call.args[1]) {
                         return cost + 1;
                     }
-                    self.remember_and_charge(call, 0, 1, Kind::Add, slot);
+                    self.fuse(e, ADD_FN, 0);
                     return cost;
                 }
                 (operators::EQUALS | operators::NOT_EQUALS, 2) => {
@@ -1276,7 +1293,8 @@ impl Instrumenter<'_> {
                     if let Some(k) = known {
                         return cost + k;
                     }
-                    self.fuse_equality(e);
+                    let negated = i64::from(name == operators::NOT_EQUALS);
+                    self.fuse(e, EQUALS_FN, negated);
                     return cost;
                 }
                 (
@@ -1442,19 +1460,18 @@ impl Instrumenter<'_> {
         cost
     }
 
-    /// Replaces `a == b` (or `a != b`) by the [`EQUALS_FN`] call that
-    /// charges and compares.
-    fn fuse_equality(&mut self, e: &mut IdedExpr) {
+    /// Replaces the call `e` by the internal function `name` that charges
+    /// and answers it, given `code` before the call's arguments.
+    fn fuse(&mut self, e: &mut IdedExpr, name: &str, code: i64) {
         let Expr::Call(call) = &mut e.expr else {
             return;
         };
-        let negated = i64::from(call.func_name == operators::NOT_EQUALS);
-        let flag = IdedExpr {
+        let code = IdedExpr {
             id: self.id(),
-            expr: Expr::Literal(LiteralValue::Int(CelInt::from(negated))),
+            expr: Expr::Literal(LiteralValue::Int(CelInt::from(code))),
         };
-        call.func_name = EQUALS_FN.to_string();
-        call.args.insert(0, flag);
+        call.func_name = name.to_string();
+        call.args.insert(0, code);
     }
 
     /// Replaces `s.contains(t)` (or `startsWith`, `endsWith`) by the
@@ -1469,13 +1486,8 @@ impl Instrumenter<'_> {
         let Some(target) = call.target.take() else {
             return;
         };
-        let code = IdedExpr {
-            id: self.id(),
-            expr: Expr::Literal(LiteralValue::Int(CelInt::from(which as i64))),
-        };
-        call.func_name = STRING_PREDICATE_FN.to_string();
         call.args.insert(0, *target);
-        call.args.insert(0, code);
+        self.fuse(e, STRING_PREDICATE_FN, which as i64);
     }
 
     /// Wraps `e` to charge the call `kind` from its value.
