@@ -35,7 +35,7 @@ pub(crate) const EQUALS_FN: &str = "!@1kcost_equals";
 /// to the allocation guard) and returns it: one call in place of the
 /// operator and the two that would charge it.
 pub(crate) const ADD_FN: &str = "!@1kcost_add";
-/// `(which, s, t)`: charges and answers `s.contains(t)` (`which` 0),
+/// `(which, t, s)`: charges and answers `s.contains(t)` (`which` 0),
 /// `s.startsWith(t)` (1) or `s.endsWith(t)` (2), declared on strings
 /// alone: one call in place of the method and the one that charged it.
 pub(crate) const STRING_PREDICATE_FN: &str = "!@1kcost_string";

@@ -345,8 +345,8 @@ const STRING_PREDICATES: [&str; 3] = ["contains", "startsWith", "endsWith"];
 fn string_predicate_fn<'b, 'v>(
     mut args: Vec<CowVal<'b, 'v>>,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let t = args.pop().expect("three arguments");
     let s = args.pop().expect("three arguments");
+    let t = args.pop().expect("three arguments");
     let which = int_arg(&args[0]) as usize;
     // cel-go: the string's traversal, times the substring's for `contains`.
     let traversal = |v: &CowVal<'_, '_>| scaled(actual_size(v.as_ref()), STRING_TRAVERSAL);
@@ -1486,7 +1486,9 @@ impl Instrumenter<'_> {
         let Some(target) = call.target.take() else {
             return;
         };
-        call.args.insert(0, *target);
+        // After the argument, which the crate evaluates first (metering
+        // must not change which error an expression answers).
+        call.args.push(*target);
         self.fuse(e, STRING_PREDICATE_FN, which as i64);
     }
 
@@ -1680,8 +1682,8 @@ mod tests {
         let _meter = Meter::start(u64::MAX);
         let args = vec![
             CowVal::owned(CelInt::from(0)),
-            CowVal::owned(CelInt::from(5)),
             CowVal::owned(CelString::from("a")),
+            CowVal::owned(CelInt::from(5)),
         ];
         let got = string_predicate_fn(args).map(|_| ()).unwrap_err();
         assert_eq!(error_text(&got), expected);
