@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Probe how upstream's typed round trip treats zero and null scalars (src/schema/go_zero_fields.json).
+"""Probe how upstream's typed round trip treats zero and null scalars and empty lists and maps (src/schema/go_zero_fields.json).
 
 Usage:
     python3 tools/probe_go_omitempty.py [MAPORACLE] [OUTPUT]
@@ -18,7 +18,8 @@ policy (-no-input-defaults -no-output-defaults: the round trip alone). Output:
 
     {"roots": [the kinds' definitions that go through the round trip],
      "types": {"definition": {"omit": [fields that lose a zero value],
-                              "zero": [fields where null becomes a kept zero value]}}}
+                              "zero": [fields where null becomes a kept zero value],
+                              "empty": [list and map fields that lose an empty value]}}}
 
 Only the standard library is used; the output depends only on maporacle and
 src/schema/go_types.json.
@@ -40,6 +41,16 @@ MAX_DEPTH = 14
 # Kinds maporacle's REST mapper leaves out (main.go), or not objects one admits.
 SKIP_GROUPS = {"meta.k8s.io", "admission.k8s.io", "imagepolicy.k8s.io"}
 CLUSTER = set()  # the scope does not matter with no policy
+
+
+def EMPTY_SCALARS(kind):
+    """Leaf of the first empties probe: scalars left out, lists and maps of scalars empty."""
+    return None
+
+
+def EMPTY_STRUCTS(kind):
+    """Leaf of the second empties probe: scalars left out, lists and maps of structs empty."""
+    return None
 
 
 def unwrap(ty):
@@ -75,6 +86,13 @@ def value(ty, leaf, path):
     if k in ZERO:
         return leaf(k)
     if k in ("list", "map"):
+        elem = unwrap(ty["e"])
+        of_structs = isinstance(elem, str) and elem.startswith("#")
+        # The empties probes: a list or map sent empty ([] or {}), of scalars
+        # in the first, of structs in the second (whose items the first
+        # fills, to reach the lists and maps within them).
+        if leaf is EMPTY_SCALARS and not of_structs or leaf is EMPTY_STRUCTS and of_structs:
+            return [] if k == "list" else {}
         e = value(ty["e"], leaf, path)
         if e is None:
             return None
@@ -100,6 +118,26 @@ def observe(defn, sent, got, path, seen):
             item = (g[0] if isinstance(g, list) and g else None) if k == "list" else (g or {}).get("k")
             s = sent[field][0] if k == "list" else sent[field]["k"]
             observe(unwrap(t["e"])[1:], s, item, path + (defn,), seen)
+
+
+def observe_empty(defn, sent, got, path, seen):
+    """Records, per (definition, list or map field) sent empty, whether it came back."""
+    if len(path) > MAX_DEPTH or defn in path or not isinstance(got, dict):
+        return
+    for field, ty in TYPES[defn]["f"].items():
+        if field not in sent:
+            continue
+        t = unwrap(ty)
+        k = kind_of(t)
+        if isinstance(t, str) and t.startswith("#"):
+            observe_empty(t[1:], sent[field], got.get(field), path + (defn,), seen)
+        elif k in ("list", "map") and sent[field] in ([], {}):
+            seen.setdefault((defn, field), []).append(got.get(field, "<absent>"))
+        elif k in ("list", "map") and isinstance(unwrap(t["e"]), str) and unwrap(t["e"]).startswith("#"):
+            g = got.get(field)
+            item = (g[0] if isinstance(g, list) and g else None) if k == "list" else (g or {}).get("k")
+            s = sent[field][0] if k == "list" else sent[field]["k"]
+            observe_empty(unwrap(t["e"])[1:], s, item, path + (defn,), seen)
 
 
 def plural(kind):
@@ -137,7 +175,7 @@ def run(obj, gvk):
 
 
 def main():
-    zero_seen, null_seen, roots = {}, {}, []
+    zero_seen, null_seen, empty_seen, roots = {}, {}, {}, []
     for gvk, defn in sorted(GVK.items()):
         g, v, k = gvk.split("/")
         if g in SKIP_GROUPS or k.endswith("List") or k.endswith("Options") or k == "WatchEvent" or defn not in TYPES:
@@ -163,6 +201,13 @@ def main():
         for key, obs in zero.items():
             zero_seen.setdefault(key, []).extend(obs)
         observe(defn, answers[1][0], answers[1][1], (), null_seen)
+        for leaf in (EMPTY_SCALARS, EMPTY_STRUCTS):
+            sent = build(defn, leaf, ())
+            got = run(sent, gvk)
+            if got is None:
+                print("no answer for", gvk, "with empty lists and maps", file=sys.stderr)
+                continue
+            observe_empty(defn, sent, got, (), empty_seen)
     # The probe sets the name and namespace itself.
     for seen in (zero_seen, null_seen):
         for field in ("name", "namespace"):
@@ -177,6 +222,14 @@ def main():
     for (defn, field), answers in sorted(null_seen.items()):
         if all(a != "<absent>" and a is not None for a, _ in answers):
             table.setdefault(defn, {}).setdefault("zero", []).append(field)
+    for (defn, field), answers in sorted(empty_seen.items()):
+        # An answer with entries the conversion added (a DaemonSet's
+        # deprecated.daemonset.template.generation annotation) tells nothing.
+        answers = [a for a in answers if a in ("<absent>", [], {})]
+        if answers and all(a == "<absent>" for a in answers):
+            table.setdefault(defn, {}).setdefault("empty", []).append(field)
+        elif len({a == "<absent>" for a in answers}) > 1:
+            print("answers differ", (defn, field), answers[:3], file=sys.stderr)
     with open(OUTPUT, "w") as f:
         f.write('{"roots":%s,\n"types":{\n' % json.dumps(sorted(roots)))
         f.write(",\n".join("%s:%s" % (json.dumps(d), json.dumps(table[d], separators=(",", ":")))

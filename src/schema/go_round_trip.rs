@@ -6,7 +6,9 @@
 //! decodes the patched JSON, `patch/smd.go` converts the merged object from
 //! unstructured). What encoding/json does on the way shows in the object:
 //! - a field tagged `omitempty` that is not a pointer loses a zero value
-//!   (`minReadySeconds: 0`, `paused: false`, an env var's `value: ""`);
+//!   (`minReadySeconds: 0`, `paused: false`, an env var's `value: ""`),
+//!   and a list or map tagged `omitempty` loses an empty value (a
+//!   ConfigMap's `data: {}` once a patch removed its last key, `labels: {}`);
 //! - a null becomes the zero value of what it is decoded into: kept in a
 //!   map or list of scalars (`data: {"k": null}` is `data: {"k": ""}`) and
 //!   in a field without `omitempty` that is not a pointer (a container's
@@ -38,6 +40,8 @@ struct FieldRule {
     omit: bool,
     /// No `omitempty` and no pointer: null becomes the zero value.
     zero: bool,
+    /// A list or map with `omitempty`: an empty one is left out.
+    omit_empty: bool,
     /// Neither, and of a type whose value the walk never changes: the
     /// field is passed over.
     inert: bool,
@@ -74,16 +78,21 @@ fn rules() -> &'static Rules {
 
 fn parse_rules(text: &str, table: &'static Table) -> Rules {
     let doc: Value = serde_json::from_str(text).unwrap_or_default();
-    // Per struct, the fields that lose a zero value and those where null
-    // becomes a kept zero value.
-    let mut zero_fields: Vec<(Names<'_>, Names<'_>)> =
+    // Per struct, the fields that lose a zero value, those where null
+    // becomes a kept zero value, and the lists and maps that lose an empty
+    // value.
+    let mut zero_fields: Vec<(Names<'_>, Names<'_>, Names<'_>)> =
         (0..table.defs.len()).map(|_| Default::default()).collect();
     if let Some(types) = doc.get("types").and_then(Value::as_object) {
         for (name, def) in types {
             let Some(slot) = table.index.get(name).and_then(|&i| zero_fields.get_mut(i)) else {
                 continue;
             };
-            *slot = (names(def.get("omit")), names(def.get("zero")));
+            *slot = (
+                names(def.get("omit")),
+                names(def.get("zero")),
+                names(def.get("empty")),
+            );
         }
     }
     let mut def_names = vec![""; table.defs.len()];
@@ -98,13 +107,16 @@ fn parse_rules(text: &str, table: &'static Table) -> Rules {
         .iter()
         .zip(&zero_fields)
         .zip(def_names)
-        .map(|((sdef, (omit, zero)), def_name)| StructRules {
+        .map(|((sdef, (omit, zero, empty)), def_name)| StructRules {
             fields: sdef
                 .fields
                 .iter()
                 .map(|(field, (ty, _))| {
-                    let (omit, zero) =
-                        (omit.contains(field.as_str()), zero.contains(field.as_str()));
+                    let (omit, zero, omit_empty) = (
+                        omit.contains(field.as_str()),
+                        zero.contains(field.as_str()),
+                        empty.contains(field.as_str()),
+                    );
                     let list_keys = match &ty.kind {
                         Kind::List(elem) if matches!(elem.kind, Kind::Struct(_)) => {
                             associative_keys(schema, def_name, field)
@@ -115,7 +127,8 @@ fn parse_rules(text: &str, table: &'static Table) -> Rules {
                         ty,
                         omit,
                         zero,
-                        inert: !omit && !zero && never_changes(&ty.kind),
+                        omit_empty,
+                        inert: !omit && !zero && !omit_empty && never_changes(&ty.kind),
                         list_keys,
                     };
                     (field.clone(), rule)
@@ -280,8 +293,11 @@ impl Walk<'_> {
             None => self.value(rule.ty, child, written.and_then(within_value), depth + 1),
         };
         // A scalar that is null or zero in an `omitempty` field is left
-        // out, and a zero time in an `omitzero` one.
-        (changed, rule.omit && (child.is_null() || is_zero(child)))
+        // out, and a zero time in an `omitzero` one; so is an empty list or
+        // map in an `omitempty` field (a remove of its last entry).
+        let omitted = (rule.omit && (child.is_null() || is_zero(child)))
+            || (rule.omit_empty && is_empty(child));
+        (changed, omitted)
     }
 
     fn value(&self, ty: &GoType, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
@@ -442,6 +458,14 @@ fn zero_scalar(kind: &Kind) -> Option<Value> {
     }
 }
 
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Array(items) => items.is_empty(),
+        Value::Object(entries) => entries.is_empty(),
+        _ => false,
+    }
+}
+
 fn is_zero(v: &Value) -> bool {
     match v {
         Value::String(s) => s.is_empty(),
@@ -459,6 +483,34 @@ mod tests {
     fn round_trip(mut object: Value, ty: &str) -> (Value, bool) {
         let changed = go_round_trip(&mut object, Some(ty));
         (object, changed)
+    }
+
+    #[test]
+    fn omitempty_lists_and_maps_lose_empty_values() {
+        // maporacle: ObjectMeta's labels and finalizers, a ConfigMap's data
+        // and a container's args are `omitempty`; a PodSpec's containers
+        // is not.
+        let (object, changed) = round_trip(
+            json!({"metadata": {"name": "p", "labels": {}, "finalizers": []},
+                   "spec": {"containers": [{"name": "a", "args": []}]}}),
+            "io.k8s.api.core.v1.Pod",
+        );
+        assert!(changed);
+        assert_eq!(
+            object,
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}})
+        );
+        let (object, _) = round_trip(
+            json!({"metadata": {"name": "c"}, "data": {}, "binaryData": {}}),
+            "io.k8s.api.core.v1.ConfigMap",
+        );
+        assert_eq!(object, json!({"metadata": {"name": "c"}}));
+        let (object, changed) = round_trip(
+            json!({"spec": {"containers": []}}),
+            "io.k8s.api.core.v1.Pod",
+        );
+        assert!(!changed);
+        assert_eq!(object, json!({"spec": {"containers": []}}));
     }
 
     #[test]
