@@ -100,8 +100,10 @@ def value(ty, leaf, path):
     return None  # custom JSON types (quantity, time, intstr, bytes, any): not probed
 
 
-def observe(defn, sent, got, path, seen):
-    """Records, per (definition, scalar field), whether the sent leaf came back."""
+def walk(defn, sent, got, path, leaf):
+    """Calls leaf(definition, field, kind, sent value, answered value, path)
+    on each field sent, following struct fields and the one item of lists and
+    maps of structs; leaf returns whether it took the field."""
     if len(path) > MAX_DEPTH or defn in path or not isinstance(got, dict):
         return
     for field, ty in TYPES[defn]["f"].items():
@@ -110,34 +112,34 @@ def observe(defn, sent, got, path, seen):
         t = unwrap(ty)
         k = kind_of(t)
         if isinstance(t, str) and t.startswith("#"):
-            observe(t[1:], sent[field], got.get(field), path + (defn,), seen)
-        elif k in ZERO:
-            seen.setdefault((defn, field), []).append((got.get(field, "<absent>"), path[:1]))
+            walk(t[1:], sent[field], got.get(field), path + (defn,), leaf)
+        elif leaf(defn, field, k, sent[field], got.get(field, "<absent>"), path):
+            continue
         elif k in ("list", "map") and isinstance(unwrap(t["e"]), str) and unwrap(t["e"]).startswith("#"):
             g = got.get(field)
             item = (g[0] if isinstance(g, list) and g else None) if k == "list" else (g or {}).get("k")
             s = sent[field][0] if k == "list" else sent[field]["k"]
-            observe(unwrap(t["e"])[1:], s, item, path + (defn,), seen)
+            walk(unwrap(t["e"])[1:], s, item, path + (defn,), leaf)
+
+
+def observe(defn, sent, got, path, seen):
+    """Records, per (definition, scalar field), whether the sent leaf came back."""
+    def leaf(d, field, k, _sent, answer, at):
+        if k not in ZERO:
+            return False
+        seen.setdefault((d, field), []).append((answer, at[:1]))
+        return True
+    walk(defn, sent, got, path, leaf)
 
 
 def observe_empty(defn, sent, got, path, seen):
     """Records, per (definition, list or map field) sent empty, whether it came back."""
-    if len(path) > MAX_DEPTH or defn in path or not isinstance(got, dict):
-        return
-    for field, ty in TYPES[defn]["f"].items():
-        if field not in sent:
-            continue
-        t = unwrap(ty)
-        k = kind_of(t)
-        if isinstance(t, str) and t.startswith("#"):
-            observe_empty(t[1:], sent[field], got.get(field), path + (defn,), seen)
-        elif k in ("list", "map") and sent[field] in ([], {}):
-            seen.setdefault((defn, field), []).append(got.get(field, "<absent>"))
-        elif k in ("list", "map") and isinstance(unwrap(t["e"]), str) and unwrap(t["e"]).startswith("#"):
-            g = got.get(field)
-            item = (g[0] if isinstance(g, list) and g else None) if k == "list" else (g or {}).get("k")
-            s = sent[field][0] if k == "list" else sent[field]["k"]
-            observe_empty(unwrap(t["e"])[1:], s, item, path + (defn,), seen)
+    def leaf(d, field, k, sent_value, answer, _at):
+        if k not in ("list", "map") or sent_value not in ([], {}):
+            return False
+        seen.setdefault((d, field), []).append(answer)
+        return True
+    walk(defn, sent, got, path, leaf)
 
 
 def plural(kind):
