@@ -16,6 +16,11 @@ use serde_json::{json, Value};
 /// The condition type kmutate sets on kmutate.dev policies.
 pub const READY: &str = "Ready";
 
+/// Attempts at writing a Ready condition, and the pause after the first
+/// failure (doubled after each).
+const STATUS_ATTEMPTS: u32 = 5;
+const STATUS_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Where Events about cluster-scoped objects go (as kubectl looks for them).
 const EVENT_NAMESPACE: &str = "default";
 
@@ -197,11 +202,26 @@ impl Reporter {
                 status["status"]["observedGeneration"] = json!(g);
             }
             tokio::spawn(async move {
-                if let Err(e) = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await
-                {
-                    tracing::debug!(policy = %name, error = %e, "setting the Ready condition failed");
+                // Retried: the object's next version, the only other
+                // occasion to write it, may be long in coming.
+                let mut pause = STATUS_RETRY_PAUSE;
+                for attempt in 1..=STATUS_ATTEMPTS {
+                    let written = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await;
+                    match written {
+                        Ok(_) => return,
+                        // Gone: nothing left to report on.
+                        Err(kube::Error::Api(e)) if e.code == 404 => return,
+                        Err(e) if attempt == STATUS_ATTEMPTS => {
+                            tracing::warn!(policy = %name, error = %e, "setting the Ready condition failed");
+                        }
+                        Err(e) => {
+                            tracing::debug!(policy = %name, error = %e, attempt, "setting the Ready condition failed; retrying");
+                            tokio::time::sleep(pause).await;
+                            pause *= 2;
+                        }
+                    }
                 }
             });
         } else if !verdict.ready {
