@@ -315,12 +315,16 @@ fn equals_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     let negated = int_arg(&args[0]) == 1;
     let size = actual_size(a.as_ref()).min(actual_size(b.as_ref()));
     charge(scaled(size, STRING_TRAVERSAL))?;
-    let value = if negated { a != b } else { a == b };
-    Ok(CowVal::Borrowed(if value {
+    Ok(bool_val(if negated { a != b } else { a == b }))
+}
+
+/// A bool result, borrowed from a constant: no allocation.
+fn bool_val<'b, 'v>(value: bool) -> CowVal<'b, 'v> {
+    CowVal::Borrowed(if value {
         &CelBool::TRUE
     } else {
         &CelBool::FALSE
-    }))
+    })
 }
 
 fn add_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -375,11 +379,7 @@ fn string_predicate_fn<'b, 'v>(
         1 => st.starts_with(tt),
         _ => st.ends_with(tt),
     };
-    Ok(CowVal::Borrowed(if value {
-        &CelBool::TRUE
-    } else {
-        &CelBool::FALSE
-    }))
+    Ok(bool_val(value))
 }
 
 fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -408,8 +408,8 @@ fn growth_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
 
 fn size_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let x = args.pop().expect("two arguments");
-    let (kind, slot) = decode(int_arg(&args[0]));
-    let size = Size::of(x.as_ref(), kind == Kind::Add);
+    let (_, slot) = decode(int_arg(&args[0]));
+    let size = Size::of(x.as_ref(), false);
     SIZES.with(|s| s.borrow_mut().push((slot, size)));
     Ok(x)
 }
@@ -720,8 +720,7 @@ impl Kind {
     fn remembers(self) -> bool {
         matches!(
             self,
-            Kind::Add
-                | Kind::Ordering
+            Kind::Ordering
                 | Kind::Matches
                 | Kind::MatchesGlobal
                 | Kind::Join
