@@ -80,6 +80,9 @@ impl std::fmt::Display for CompileStage {
 pub struct CompiledExpression {
     source: String,
     ast: IdedExpr,
+    /// The tree the interpreter runs, where it differs from `ast`: rewritten
+    /// for speed in ways the analyses of `ast` need not know.
+    interpreted: Option<IdedExpr>,
     /// The static type of the result, as far as the checks know it.
     output: check::OutputType,
     /// The cost of the part of the tree that always runs (see `cost`).
@@ -153,8 +156,9 @@ impl CompiledExpression {
         limit: u64,
     ) -> (Result<CowVal<'e, 'v>, ExecutionError>, u64) {
         let meter = cost::Meter::start(limit);
-        let result =
-            cost::charge(self.root_cost).and_then(|()| cel::Value::resolve_val(&self.ast, ctx));
+        let result = cost::charge(self.root_cost).and_then(|()| {
+            cel::Value::resolve_val(self.interpreted.as_ref().unwrap_or(&self.ast), ctx)
+        });
         let result = if meter.exceeded() {
             Err(cost::limit_exceeded())
         } else {
@@ -312,10 +316,14 @@ impl CelEnvironment {
         rewrite::rename_conversions(&mut ast, "string", library::string_format::STRING_FN);
         rewrite::rename_conversions(&mut ast, "double", library::double::DOUBLE_FN);
         rewrite::optional_struct_fields(&mut ast);
+        let mut interpreted = ast.clone();
+        let interpreted = rewrite::loop_selections_unqualified(&mut interpreted, &mut next_id)
+            .then_some(interpreted);
         let output = checked.output;
         Ok(CompiledExpression {
             source: source.to_string(),
             ast,
+            interpreted,
             output,
             root_cost,
             identifiers,
@@ -558,6 +566,45 @@ mod tests {
         // Metered or not, the rewrite is the same.
         let unmetered = env.compile_unmetered("!has({'a': 1}.a)").unwrap();
         assert_eq!(negations_and_equalities(unmetered.ast()), (0, 1));
+    }
+
+    #[test]
+    fn selections_on_loop_variables_answer_as_written() {
+        let env = CelEnvironment::shared();
+        // (expression, whether a selection in it is on a loop variable)
+        for (src, rewritten) in [
+            ("[{'a': 1}, {'a': 2}].map(c, c.a)", true),
+            ("[{'a': {'b': 'x'}}].map(c, c.a.b)", true),
+            ("[{'a': 1}, {}].filter(c, has(c.a))", true),
+            ("[{'a': 1}].map(c, c.b)", true),
+            ("[dyn(1)].map(c, c.a)", true),
+            ("[dyn(1)].map(c, has(c.a))", true),
+            ("[{'a': 1}].exists(c, [c].exists(d, d.a == c.a))", true),
+            ("[[{'a': 1}]].map(c, c.map(d, d.a))", true),
+            ("[{'a': 1}].map(c, [{'a': 2}].map(c, c.a))", true),
+            ("[{'a': 1}].map(c, c).map(d, d.a)", true),
+            ("[{'a': 1}].exists_one(c, c.a == 1)", true),
+            ("{'k': {'a': 1}}.all(k, k.a == 1)", true),
+            ("[dyn({'a': 1})].map(c, c.?a.orValue(0))", false),
+            ("{'c': {'a': 1}}.c.a", false),
+            ("[{'a': 1}].map(c, {'c': 2}.c)", false),
+        ] {
+            let expr = env.compile(src).unwrap();
+            assert_eq!(expr.interpreted.is_some(), rewritten, "{src}");
+            let as_written = CompiledExpression {
+                interpreted: None,
+                ..expr.clone()
+            };
+            let ctx = env.context();
+            let answer = |e: &CompiledExpression| {
+                let (result, cost) = e.evaluate_with_cost(&ctx);
+                let result = result
+                    .map_err(|e| error_text(&e))
+                    .and_then(|v| convert::val_to_json(&*v).map_err(|e| e.to_string()));
+                (result, cost)
+            };
+            assert_eq!(answer(&expr), answer(&as_written), "{src}");
+        }
     }
 
     #[test]

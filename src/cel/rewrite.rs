@@ -123,6 +123,58 @@ pub fn optional_struct_fields(e: &mut IdedExpr) {
     for_each_child_mut(e, &mut optional_struct_fields);
 }
 
+/// Turns each field selection on a comprehension's loop variable inside
+/// its loop step, `c.name` or `has(c.name)`, into one on `true ? c : c`;
+/// whether anything changed. The two evaluate alike, but the `cel` crate
+/// takes `c.name` for a qualified name: it builds its segments and the
+/// joined name, then looks up `c.name` before `c` in every scope, on every
+/// iteration, where the conditional goes straight to `c`. Within the step
+/// the variable is always bound in the innermost scopes, and no variable
+/// has a dot in its name, so the qualified lookup can only end at `c`.
+/// Run on the tree handed to the interpreter alone: the analyses read the
+/// selections as written.
+pub fn loop_selections_unqualified(e: &mut IdedExpr, next_id: &mut u64) -> bool {
+    let mut changed = false;
+    unqualify(e, &mut Vec::new(), next_id, &mut changed);
+    changed
+}
+
+fn unqualify(e: &mut IdedExpr, bound: &mut Vec<String>, next_id: &mut u64, changed: &mut bool) {
+    match &mut e.expr {
+        Expr::Comprehension(c) => {
+            // The range and the accumulator's start are evaluated outside the
+            // loop, the condition also before the first element is bound,
+            // and the result after the last (or none).
+            for part in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.result,
+            ] {
+                unqualify(part, bound, next_id, changed);
+            }
+            bound.push(c.iter_var.clone());
+            unqualify(&mut c.loop_step, bound, next_id, changed);
+            bound.pop();
+        }
+        Expr::Select(select) => match &select.operand.expr {
+            Expr::Ident(name) if bound.contains(name) => {
+                let name = name.clone();
+                let args = vec![
+                    bool_lit(next_id, true),
+                    ident(next_id, &name),
+                    ident(next_id, &name),
+                ];
+                let operand = call_expr(next_id, operators::CONDITIONAL, args);
+                *select.operand = operand;
+                *changed = true;
+            }
+            _ => unqualify(&mut select.operand, bound, next_id, changed),
+        },
+        _ => for_each_child_mut(e, &mut |c| unqualify(c, bound, next_id, changed)),
+    }
+}
+
 fn bump(next_id: &mut u64) -> u64 {
     *next_id += 1;
     *next_id
