@@ -750,8 +750,7 @@ impl PolicySet {
             prematch,
             ctx,
             observer,
-            Original::Unwanted,
-            ObjectOrigin::Written,
+            (Original::Unwanted, ObjectOrigin::Written),
         )
         .0
     }
@@ -772,8 +771,13 @@ impl PolicySet {
         observer: &dyn AdmissionObserver,
         origin: ObjectOrigin,
     ) -> (Outcome, Option<Snapshot>) {
-        let (outcome, original) =
-            self.admit_inner(request, prematch, ctx, observer, Original::Pending, origin);
+        let (outcome, original) = self.admit_inner(
+            request,
+            prematch,
+            ctx,
+            observer,
+            (Original::Pending, origin),
+        );
         let original = match original {
             Original::Kept(snapshot) => Some(snapshot),
             Original::Unwanted | Original::Pending => None,
@@ -787,8 +791,7 @@ impl PolicySet {
         prematch: Option<Prematch>,
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
-        original: Original,
-        origin: ObjectOrigin,
+        (original, origin): (Original, ObjectOrigin),
     ) -> (Outcome, Original) {
         if request.object.is_none() {
             let outcome = Outcome::Admitted {
