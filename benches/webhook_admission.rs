@@ -89,12 +89,7 @@ fn serve_one_as(engine: &Engine, body: &[u8], attributed: bool) -> Vec<u8> {
         true => &attributing,
         false => &NoMetrics,
     };
-    let mut answer = match engine.admit_prematched(
-        review.request,
-        Some(prematch),
-        observer,
-        kmutate::dispatch::ObjectOrigin::KubeApiserver,
-    ) {
+    let mut answer = match engine.admit_prematched(review.request, Some(prematch), observer) {
         (
             Outcome::Admitted {
                 object, warnings, ..

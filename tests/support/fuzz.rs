@@ -548,12 +548,7 @@ pub fn serve_steps(engine: &Engine, body: &[u8], memory: &ReinvocationMemory) ->
     let (identity, as_sent) = memory.recognise(&mut review.request);
     let version = review.version;
     let uid = review.request.uid.clone();
-    let (outcome, original) = engine.admit_prematched(
-        review.request,
-        Some(prematch),
-        &NoObserver,
-        kmutate::dispatch::ObjectOrigin::KubeApiserver,
-    );
+    let (outcome, original) = engine.admit_prematched(review.request, Some(prematch), &NoObserver);
     match outcome {
         kmutate::dispatch::Outcome::Denied { message, code } => {
             let _ = review::encode(version, &uid, &Answer::deny(code, message));
