@@ -1314,15 +1314,16 @@ fn round_trip(
     }
 }
 
-/// What the JSON patch `ops` wrote in its result `patched`, in the shape
+/// What the JSON patch `ops` changed in its result `patched`, in the shape
 /// `schema::go_round_trip_within` takes: each written subtree's path as
 /// nested objects, the subtree itself as null (all of it); `None` when it
-/// wrote the whole document.
+/// wrote the whole document. The map or list a removal left empty is among
+/// them, for the round trip to leave it out where its field is `omitempty`.
 fn written_by_patch(
     patched: &Json,
     ops: &[crate::mutation::json_patch::PatchOperation],
 ) -> Option<serde_json::Map<String, Json>> {
-    let dests = crate::mutation::json_patch::written_paths(ops);
+    let dests = crate::mutation::json_patch::changed_paths(ops);
     let mut shape = serde_json::Map::new();
     for root in crate::schema::subtree::written_roots(patched, dests) {
         if root.is_empty() {

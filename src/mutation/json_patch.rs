@@ -134,6 +134,25 @@ pub fn written_paths(ops: &[PatchOperation]) -> impl Iterator<Item = &str> {
         .map(|op| op.path.as_str())
 }
 
+/// The paths where `ops` may have changed what the Go types encode, in
+/// order: each written path, and the parent of each removed value (a
+/// `remove`'s path, a `move`'s `from`), which the removal may have left
+/// empty. The root, as a parent, is left out: it is never empty to omit.
+pub fn changed_paths(ops: &[PatchOperation]) -> impl Iterator<Item = &str> {
+    ops.iter().flat_map(|op| {
+        let written = op.writes_at_path().then_some(op.path.as_str());
+        let removed = match op.op.as_str() {
+            "remove" => Some(op.path.as_str()),
+            "move" => op.from.as_deref(),
+            _ => None,
+        };
+        let emptied = removed
+            .and_then(|path| path.rfind('/').map(|slash| &path[..slash]))
+            .filter(|parent| !parent.is_empty());
+        written.into_iter().chain(emptied)
+    })
+}
+
 /// `jsonpatch.escapeKey`: escapes a map key for a path (`~` → `~0`, `/` → `~1`).
 pub fn escape_key(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 2);
@@ -1215,6 +1234,23 @@ mod tests {
             value: Some(value),
             ..op("add", path)
         }
+    }
+    #[test]
+    fn changed_paths_include_the_parents_a_removal_may_empty() {
+        let ops = vec![
+            op("remove", "/data/level"),
+            add("/metadata/labels/a", json!("b")),
+            PatchOperation {
+                from: Some("/spec/a~1b/c".into()),
+                ..op("move", "/spec/d")
+            },
+            op("remove", "/top"),
+            op("test", "/x/y"),
+        ];
+        assert_eq!(
+            changed_paths(&ops).collect::<Vec<_>>(),
+            ["/data", "/metadata/labels/a", "/spec/d", "/spec/a~1b"]
+        );
     }
     fn replace(path: &str, value: Value) -> PatchOperation {
         PatchOperation {
