@@ -89,7 +89,12 @@ fn serve_one_as(engine: &Engine, body: &[u8], attributed: bool) -> Vec<u8> {
         true => &attributing,
         false => &NoMetrics,
     };
-    let mut answer = match engine.admit_prematched(review.request, Some(prematch), observer) {
+    let mut answer = match engine.admit_prematched(
+        review.request,
+        Some(prematch),
+        observer,
+        kmutate::dispatch::ObjectOrigin::KubeApiserver,
+    ) {
         (
             Outcome::Admitted {
                 object, warnings, ..

@@ -5,7 +5,7 @@ pub mod cluster;
 
 use crate::api::{binding_from_json, load, policy_from_json, SourceRef};
 use crate::authorizer::FixedAuthorizer;
-use crate::dispatch::{AdmissionContext, NoObserver, Outcome, PolicySet};
+use crate::dispatch::{AdmissionContext, NoObserver, ObjectOrigin, Outcome, PolicySet};
 use crate::matching::{complete_request, ResourceTable};
 use crate::mutation::diff::Snapshot;
 use crate::request::{AdmissionRequest, ClusterObjects};
@@ -69,6 +69,7 @@ impl PreparedCase {
             None,
             &self.context(),
             &NoObserver,
+            ObjectOrigin::Written,
         )
     }
 }

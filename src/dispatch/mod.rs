@@ -32,6 +32,7 @@ use activation::{Activation, CompiledVariable};
 use cel::common::types::{CelList, CelString};
 use cel::common::value::Val;
 use object_checks::ObjectChecks;
+pub use object_checks::ObjectOrigin;
 use serde_json::Value as Json;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -744,12 +745,20 @@ impl PolicySet {
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
     ) -> Outcome {
-        self.admit_inner(request, prematch, ctx, observer, Original::Unwanted)
-            .0
+        self.admit_inner(
+            request,
+            prematch,
+            ctx,
+            observer,
+            Original::Unwanted,
+            ObjectOrigin::Written,
+        )
+        .0
     }
 
     /// [`PolicySet::admit_prematched`], with a snapshot of the request's
-    /// object as it came, for a patch from it to the admitted object.
+    /// object as it came, for a patch from it to the admitted object, from
+    /// `origin` (what the schema checks may take for granted of it).
     ///
     /// The snapshot is taken right before the admission first writes to the
     /// object, so an admission that writes nothing (the mutations find
@@ -761,9 +770,10 @@ impl PolicySet {
         prematch: Option<Prematch>,
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
+        origin: ObjectOrigin,
     ) -> (Outcome, Option<Snapshot>) {
         let (outcome, original) =
-            self.admit_inner(request, prematch, ctx, observer, Original::Pending);
+            self.admit_inner(request, prematch, ctx, observer, Original::Pending, origin);
         let original = match original {
             Original::Kept(snapshot) => Some(snapshot),
             Original::Unwanted | Original::Pending => None,
@@ -778,6 +788,7 @@ impl PolicySet {
         ctx: &AdmissionContext<'_>,
         observer: &dyn AdmissionObserver,
         original: Original,
+        origin: ObjectOrigin,
     ) -> (Outcome, Original) {
         if request.object.is_none() {
             let outcome = Outcome::Admitted {
@@ -826,7 +837,7 @@ impl PolicySet {
             config_errors: Vec::new(),
             errors: Vec::new(),
             observer,
-            checks: ObjectChecks::default(),
+            checks: ObjectChecks::of(origin),
             original,
         };
         let outcome = self.run_passes(&mut state, &candidates, ctx);
@@ -1898,7 +1909,13 @@ mod tests {
             // Kept for a patch, the object as it came is taken exactly when
             // the admission writes to it, before it does.
             let (_, original) = with_context(&resources, |ctx| {
-                set.admit_keeping_original(request.clone(), None, ctx, &NoObserver)
+                set.admit_keeping_original(
+                    request.clone(),
+                    None,
+                    ctx,
+                    &NoObserver,
+                    ObjectOrigin::Written,
+                )
             });
             assert_eq!(original.is_some(), changed);
             if let (Some(original), Some(object)) = (original, &request.object) {

@@ -15,11 +15,27 @@ use crate::schema::subtree::{self, WrittenSubtrees};
 use crate::schema::{unknown_fields, TypeRef};
 use serde_json::Value as Json;
 
+/// Where an admission's object comes from, which decides what its checks
+/// may take for granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectOrigin {
+    /// Written by hand or read from a file: every check looks at all of it
+    /// once, as upstream would after decoding it.
+    Written,
+    /// Sent by kube-apiserver to the webhook, encoded from the Go types of
+    /// its kind (after conversion to the version asked for, and after any
+    /// earlier webhook's patch, decoded into them again).
+    KubeApiserver,
+}
+
 /// Facts about the current object of an admission, for one schema type.
 #[derive(Clone, Default)]
 pub(crate) struct ObjectChecks {
     /// The type the facts hold for; a different one knows nothing.
     ty: Option<TypeRef>,
+    /// The object is as kube-apiserver sent it (see [`ObjectOrigin`]),
+    /// which the first type targeted takes for facts.
+    sent_by_apiserver: bool,
     /// The object passes SMD's typed validation (duplicates allowed).
     typed_valid: bool,
     /// The object has no field strict decoding rejects.
@@ -33,8 +49,30 @@ pub(crate) struct ObjectChecks {
 }
 
 impl ObjectChecks {
+    /// What is known of an object from `origin` before any check.
+    pub(crate) fn of(origin: ObjectOrigin) -> Self {
+        ObjectChecks {
+            sent_by_apiserver: origin == ObjectOrigin::KubeApiserver,
+            ..ObjectChecks::default()
+        }
+    }
+
     /// Forgets what was known unless it was known for `ty`.
     fn retarget(&mut self, ty: &TypeRef) {
+        if self.ty.is_none() && self.sent_by_apiserver {
+            // kube-apiserver encoded the object from the Go types of its
+            // kind, the type its mutations are checked against: it decodes
+            // into them, strictly, and their round trip changes nothing.
+            // Whether it passes SMD's typed validation is left to the check.
+            *self = ObjectChecks {
+                ty: Some(ty.clone()),
+                go_encoded: true,
+                go_decodes: true,
+                strict_clean: true,
+                ..ObjectChecks::default()
+            };
+            return;
+        }
         if !self.ty.as_ref().is_some_and(|t| t.same_as(ty)) {
             *self = ObjectChecks {
                 ty: Some(ty.clone()),

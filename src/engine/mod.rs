@@ -7,8 +7,8 @@ use crate::api::{Binding, Policy};
 use crate::authorizer::Authorizer;
 use crate::cel::CelEnvironment;
 use crate::dispatch::{
-    compile_policies, AdmissionContext, AdmissionObserver, CompiledPolicy, MatchedBinding, Outcome,
-    PolicySet, Prematch,
+    compile_policies, AdmissionContext, AdmissionObserver, CompiledPolicy, MatchedBinding,
+    ObjectOrigin, Outcome, PolicySet, Prematch,
 };
 use crate::matching::ResourceTable;
 use crate::mutation::diff::Snapshot;
@@ -374,8 +374,9 @@ impl Engine {
         &self,
         request: AdmissionRequest,
         observer: &dyn AdmissionObserver,
+        origin: ObjectOrigin,
     ) -> (Outcome, Option<Snapshot>) {
-        self.admit_prematched(request, None, observer)
+        self.admit_prematched(request, None, observer, origin)
     }
 
     /// [`Engine::admit_owned`], reusing the matching of `prematch` (made by
@@ -385,9 +386,14 @@ impl Engine {
         request: AdmissionRequest,
         prematch: Option<Prematch>,
         observer: &dyn AdmissionObserver,
+        origin: ObjectOrigin,
     ) -> (Outcome, Option<Snapshot>) {
-        self.compiled
-            .set
-            .admit_keeping_original(request, prematch, &self.context(), observer)
+        self.compiled.set.admit_keeping_original(
+            request,
+            prematch,
+            &self.context(),
+            observer,
+            origin,
+        )
     }
 }

@@ -2,7 +2,7 @@
 //! review for it, interrupted admissions, and admitting its answer again.
 
 use crate::authorizer::AlwaysDeny;
-use crate::dispatch::{AdmissionObserver, Outcome};
+use crate::dispatch::{AdmissionObserver, ObjectOrigin, Outcome};
 use crate::engine::*;
 use crate::matching::complete_request;
 use crate::request::AdmissionRequest;
@@ -77,7 +77,7 @@ fn admitting_the_mutated_object_again_changes_nothing() {
             stop_after: usize::MAX,
             mutations: Cell::new(0),
         };
-        match engine.admit_prematched(request.clone(), None, &whole) {
+        match engine.admit_prematched(request.clone(), None, &whole, ObjectOrigin::KubeApiserver) {
             (
                 Outcome::Admitted {
                     object,
@@ -162,4 +162,54 @@ fn only_a_request_the_policies_may_act_on_has_its_object_built() {
         review::decode(body.as_bytes()).expect("decodes").request
     );
     assert!(built.request.object.is_some());
+}
+
+// The shortcut `ObjectOrigin::KubeApiserver` allows (no whole-object decode
+// or Go round trip before the first mutation) holds for what kube-apiserver
+// sends: its answer is the one the full checks give. Both reviews were
+// recorded from kube-apiserver; between them they run apply configurations
+// and JSON patches, before and after one another.
+#[test]
+fn an_object_kube_apiserver_sent_is_answered_alike_with_its_origin_trusted() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let library = EngineSources {
+        policies: vec![root.join("policies")],
+        bindings: vec![root.join("bindings")],
+        resources: vec![root.join("examples")],
+    };
+    for (sources, review_file) in [
+        (
+            EngineSources::under(&root.join("bench/webhook")),
+            "bench/webhook/review.json",
+        ),
+        (library, "bench/webhook/examples-pod-review.json"),
+    ] {
+        let engine = Engine::load(&sources, Box::new(AlwaysDeny));
+        assert!(engine.problems().is_empty(), "{:?}", engine.problems());
+        let body = std::fs::read(root.join(review_file)).expect("review");
+        let mut request = review::decode(&body).expect("decodes").request;
+        complete_request(&mut request, engine.resources());
+        let answer = |origin| {
+            let whole = StopAfter {
+                stop_after: usize::MAX,
+                mutations: Cell::new(0),
+            };
+            match engine.admit_prematched(request.clone(), None, &whole, origin) {
+                (
+                    Outcome::Admitted {
+                        object, warnings, ..
+                    },
+                    original,
+                ) => {
+                    let answer = review::Answer::admit_from(original.as_ref(), &object, warnings);
+                    (answer, object, whole.mutations.get())
+                }
+                (other, _) => panic!("{review_file}: not admitted: {other:?}"),
+            }
+        };
+        let trusted = answer(ObjectOrigin::KubeApiserver);
+        assert!(trusted.0.patch.is_some(), "{review_file}: no patch");
+        assert!(trusted.2 > 3, "{review_file}: {} mutations", trusted.2);
+        assert_eq!(trusted, answer(ObjectOrigin::Written), "{review_file}");
+    }
 }

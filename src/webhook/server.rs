@@ -33,7 +33,7 @@ use super::{format_duration, MAX_BODY_BYTES};
 use crate::api::FailurePolicy;
 use crate::attribution::Attribution;
 use crate::authorizer::Authorizer;
-use crate::dispatch::{AdmissionObserver, Outcome, Prematch};
+use crate::dispatch::{AdmissionObserver, ObjectOrigin, Outcome, Prematch};
 use crate::engine::{Engine, EngineSources};
 use crate::matching::complete_request;
 use crate::registration::lease::LeaseLock;
@@ -1800,7 +1800,7 @@ fn evaluate(
     let uid = request.uid.clone();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _interrupt = crate::cel::cost::Interrupt::at(deadline);
-        engine.admit_prematched(request, prematch, &observer)
+        engine.admit_prematched(request, prematch, &observer, ObjectOrigin::KubeApiserver)
     }));
     if observer.interrupted() {
         return Evaluated::TimedOut;

@@ -548,7 +548,12 @@ pub fn serve_steps(engine: &Engine, body: &[u8], memory: &ReinvocationMemory) ->
     let (identity, as_sent) = memory.recognise(&mut review.request);
     let version = review.version;
     let uid = review.request.uid.clone();
-    let (outcome, original) = engine.admit_prematched(review.request, Some(prematch), &NoObserver);
+    let (outcome, original) = engine.admit_prematched(
+        review.request,
+        Some(prematch),
+        &NoObserver,
+        kmutate::dispatch::ObjectOrigin::KubeApiserver,
+    );
     match outcome {
         kmutate::dispatch::Outcome::Denied { message, code } => {
             let _ = review::encode(version, &uid, &Answer::deny(code, message));
