@@ -64,13 +64,36 @@ impl PreparedCase {
     /// Runs the admission as the webhook does, with the snapshot of the
     /// object its patch is computed from.
     pub fn run_keeping_original(&self) -> (Outcome, Option<Snapshot>) {
+        self.run_from(ObjectOrigin::Written)
+    }
+
+    /// [`PreparedCase::run_keeping_original`], taking the object as from
+    /// `origin`.
+    fn run_from(&self, origin: ObjectOrigin) -> (Outcome, Option<Snapshot>) {
         self.policies.admit_keeping_original(
             self.request.clone(),
             None,
             &self.context(),
             &NoObserver,
-            ObjectOrigin::Written,
+            origin,
         )
+    }
+
+    /// Whether the request's object is one kube-apiserver could have sent:
+    /// as the Go types of the request's kind encode it, decoding into them
+    /// strictly. (A custom kind has no Go types; its object needs only to
+    /// hold no field its schema lacks, as after kube-apiserver's pruning.)
+    fn object_as_kube_apiserver_sends_it(&self) -> bool {
+        let (Some(object), kind) = (&self.request.object, &self.request.kind) else {
+            return false;
+        };
+        let Some(ty) = self.schemas.lookup(&kind.group, &kind.version, &kind.kind) else {
+            return false;
+        };
+        let mut round_tripped = object.clone();
+        !crate::schema::go_round_trip(&mut round_tripped, ty.name())
+            && crate::schema::go_decode_error(object, ty.name()).is_none()
+            && crate::schema::unknown_fields(object, &ty).is_empty()
     }
 }
 
@@ -291,7 +314,28 @@ fn judge(case: &Case, prepared: &PreparedCase) -> CaseResult {
             return CaseResult::Fail(e.into());
         }
     }
+    if let Err(e) = check_origin_claims(prepared, &outcome) {
+        return CaseResult::Fail(e);
+    }
     check(&expect, &outcome)
+}
+
+/// The webhook takes an object kube-apiserver sent as its kind's Go types
+/// encode it, and checks only what each mutation wrote
+/// ([`ObjectOrigin::KubeApiserver`]): every case whose object kube-apiserver
+/// could have sent checks that this gives `outcome`, the answer of the
+/// checks that look at the whole object.
+fn check_origin_claims(prepared: &PreparedCase, outcome: &Outcome) -> Result<(), String> {
+    if !prepared.object_as_kube_apiserver_sends_it() {
+        return Ok(());
+    }
+    let (trusted, _) = prepared.run_from(ObjectOrigin::KubeApiserver);
+    if &trusted == outcome {
+        return Ok(());
+    }
+    Err(format!(
+        "taken as kube-apiserver sent it, the object gets another answer: {trusted:?} instead of {outcome:?}"
+    ))
 }
 
 /// The webhook answers an admission that says it left the object as it
