@@ -10,7 +10,7 @@
 //! shortcut cannot vouch for the object, the whole-object check runs.
 
 use crate::mutation::apply_configuration::LiveObject;
-use crate::mutation::json_patch::{written_paths, PatchOperation};
+use crate::mutation::json_patch::{changed_paths, PatchOperation};
 use crate::schema::subtree::{self, WrittenSubtrees};
 use crate::schema::{unknown_fields, TypeRef};
 use serde_json::Value as Json;
@@ -139,7 +139,9 @@ impl ObjectChecks {
         patched: &Json,
     ) -> Vec<String> {
         self.retarget(ty);
-        let dests = written_paths(ops);
+        // With the removals' parents: a removal from a list moves the items
+        // that later roots would name by position.
+        let dests = changed_paths(ops);
         // Found once for both checks, and only when a fact may carry over.
         let written = (self.strict_clean || self.typed_valid)
             .then(|| WrittenSubtrees::at(patched, ty, &subtree::written_roots(patched, dests)));

@@ -29,6 +29,7 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
 
 use super::go_time::{parse_time, time_parse_error, Layout, RFC3339, RFC3339_MICRO};
 use super::model::FastHash;
@@ -314,6 +315,26 @@ pub(super) fn within_value(written: &Value) -> Within<'_> {
     written.as_object()
 }
 
+/// The items of a list of `len` items that `written` names by their
+/// positions (the shape of a JSON patch's destinations through a list), in
+/// order, each with what of it to visit.
+pub(super) fn within_items(
+    written: &Map<String, Value>,
+    len: usize,
+) -> SmallVec<[(usize, Within<'_>); 4]> {
+    let mut items: SmallVec<[(usize, Within<'_>); 4]> = written
+        .iter()
+        .filter_map(|(key, w)| {
+            Some((
+                key.parse::<usize>().ok().filter(|&i| i < len)?,
+                within_value(w),
+            ))
+        })
+        .collect();
+    items.sort_unstable_by_key(|&(i, _)| i);
+    items
+}
+
 /// What of the value at `key` to visit, given what of its parent is;
 /// `None`: none of it.
 fn within_key<'w>(within: Within<'w>, key: &str) -> Option<Within<'w>> {
@@ -415,12 +436,18 @@ impl<'a> Decoder<'a> {
                 // The inner json.Unmarshal into a string fails.
                 return Err(self.type_error(json_word(v).into(), "string".into()));
             }
-            // A list is decoded whole: its items are found by position.
-            (Kind::List(elem), Value::Array(items)) => {
-                for item in items {
-                    self.value(elem, item, None, depth + 1)?;
+            (Kind::List(elem), Value::Array(items)) => match within {
+                None => {
+                    for item in items {
+                        self.value(elem, item, None, depth + 1)?;
+                    }
                 }
-            }
+                Some(written) => {
+                    for (i, within) in within_items(written, items.len()) {
+                        self.value(elem, &items[i], within, depth + 1)?;
+                    }
+                }
+            },
             (Kind::Map(elem), Value::Object(m)) => {
                 for (key, child) in m {
                     if let Some(within) = within_key(within, key) {

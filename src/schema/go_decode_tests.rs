@@ -269,3 +269,36 @@ fn unstructured_conversion_errors() {
         None
     );
 }
+
+/// A JSON patch's destinations through a list name its items by position:
+/// only those are decoded, in the whole decoding's order, so the error met
+/// first is the one the whole object's decoding would meet among them.
+#[test]
+fn within_a_list_only_the_items_named_by_position_are_decoded() {
+    let pod = json!({"spec": {"containers": [
+        {"name": "a", "ports": [{"containerPort": "x"}]},
+        {"name": "b"},
+        {"name": "c", "image": 5}]}});
+    let within = |written: Value| {
+        go_decode_error_within(&pod, Some(POD), written.as_object().unwrap()).map(|e| e.to_string())
+    };
+    let port = "json: cannot unmarshal string into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32";
+    let image = "json: cannot unmarshal number into Go struct field Container.spec.containers.image of type string";
+    assert_eq!(within(json!({"spec": {"containers": {"1": null}}})), None);
+    assert_eq!(
+        within(json!({"spec": {"containers": {"2": null}}})).as_deref(),
+        Some(image)
+    );
+    assert_eq!(
+        within(json!({"spec": {"containers": {"2": null, "0": {"ports": null}}}})).as_deref(),
+        Some(port)
+    );
+    // Within an item, only what is named of it.
+    assert_eq!(
+        within(json!({"spec": {"containers": {"0": {"name": null}}}})),
+        None
+    );
+    // An index past the end names nothing; the whole list meets the first.
+    assert_eq!(within(json!({"spec": {"containers": {"7": null}}})), None);
+    assert_eq!(message(pod.clone(), POD).as_deref(), Some(port));
+}

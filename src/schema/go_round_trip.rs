@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use super::go_decode::{self, table, within_value, GoType, Kind, Table, Within};
+use super::go_decode::{self, table, within_items, within_value, GoType, Kind, Table, Within};
 use super::model::{FastHash, Relationship, SchemaData, TypeSpec};
 use super::typed::MAX_DEPTH;
 
@@ -191,11 +191,11 @@ pub fn go_round_trip(object: &mut Value, type_name: Option<&str>) -> bool {
 /// as the Go types encode it before a mutation wrote it: `written` has the
 /// shape of what the mutation wrote (an applied configuration, or the paths
 /// of a JSON patch as nested objects). Its keys name the fields of a struct,
-/// or the entries of a map, to visit, each with what to visit of it. A list
-/// of an associative list's items names the object's items with the same
-/// keys, each visited where its item wrote: a merge leaves the other items
-/// as they were. Any other value of `written`, and any other list, stands
-/// for the whole value.
+/// the entries of a map, or the items of a list by their positions, to
+/// visit, each with what to visit of it. A list of an associative list's
+/// items names the object's items with the same keys, each visited where its
+/// item wrote: a merge leaves the other items as they were. Any other value
+/// of `written`, and any other list, stands for the whole value.
 pub fn go_round_trip_within(
     object: &mut Value,
     type_name: Option<&str>,
@@ -303,11 +303,19 @@ impl Walk<'_> {
     fn value(&self, ty: &GoType, v: &mut Value, within: Within<'_>, depth: usize) -> bool {
         match (&ty.kind, v) {
             (Kind::Struct(def), v @ Value::Object(_)) => self.structure(*def, v, within, depth),
-            // A list is visited whole: its items are found by position.
             (Kind::List(elem), Value::Array(items)) => {
                 let mut changed = false;
-                for item in items {
-                    changed |= self.element(elem, item, None, depth + 1);
+                match within {
+                    None => {
+                        for item in items {
+                            changed |= self.element(elem, item, None, depth + 1);
+                        }
+                    }
+                    Some(written) => {
+                        for (i, within) in within_items(written, items.len()) {
+                            changed |= self.element(elem, &mut items[i], within, depth + 1);
+                        }
+                    }
                 }
                 changed
             }
@@ -561,6 +569,28 @@ mod tests {
             &Map::new()
         ));
         assert_eq!(object, before);
+    }
+
+    #[test]
+    fn a_list_written_through_by_a_json_patch_is_visited_at_the_positions_it_names() {
+        let pod = || {
+            json!({"spec": {"containers": [
+                {"name": "a", "image": ""}, {"name": "b", "image": ""}, {"name": "c", "image": ""}]}})
+        };
+        let mut object = pod();
+        let written = json!({"spec": {"containers": {"2": null, "0": {"name": null}}}});
+        assert!(go_round_trip_within(
+            &mut object,
+            Some("io.k8s.api.core.v1.Pod"),
+            written.as_object().unwrap()
+        ));
+        // Item 2 whole loses its empty image; of item 0 only `name` is
+        // visited; item 1 is not.
+        assert_eq!(
+            object,
+            json!({"spec": {"containers": [
+                {"name": "a", "image": ""}, {"name": "b", "image": ""}, {"name": "c"}]}})
+        );
     }
 
     #[test]

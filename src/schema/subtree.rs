@@ -13,11 +13,19 @@ use super::model::{SchemaData, TypeSpec};
 use super::{typed, unknown, TypeRef};
 use std::borrow::Cow;
 
-/// JSON pointers (as lists of unescaped keys) to the subtrees that hold
-/// everything the patch operations writing at `dests` may have put in
-/// `result`. A destination is cut before its first list, since inserting
-/// into or removing from a list moves its other items; a destination that no
-/// longer exists is cut at its deepest existing parent.
+/// JSON pointers (as lists of unescaped keys, an item of a list by its
+/// index) to the subtrees that hold everything the patch operations
+/// changing `dests` (see `json_patch::changed_paths`: the written paths and
+/// the parents of removed values) may have put in `result`.
+///
+/// A destination goes into a list's item only through an index that is not
+/// its last segment: an operation whose destination ends at an index (an
+/// add, copy or move there) may have inserted, and a removal's destination,
+/// its parent, ends at the list itself, so every operation that moved a
+/// list's items cuts that list whole, which covers the items the others
+/// name. An index that is not plain digits naming an item of `result` is
+/// cut at its list too, and a destination that no longer exists at its
+/// deepest existing parent.
 pub fn written_roots<'p>(
     result: &Value,
     dests: impl IntoIterator<Item = &'p str>,
@@ -26,16 +34,21 @@ pub fn written_roots<'p>(
     for dest in dests {
         let mut node = result;
         let mut root = Vec::new();
-        for raw in dest.split('/').skip(1) {
-            let Value::Object(map) = node else { break };
-            let key = decode_key(raw);
-            match map.get(key.as_ref()) {
-                Some(child) => {
-                    node = child;
-                    root.push(key.into_owned());
+        let mut segments = dest.split('/').skip(1).peekable();
+        while let Some(raw) = segments.next() {
+            let child = match node {
+                Value::Object(map) => {
+                    let key = decode_key(raw);
+                    map.get(key.as_ref()).map(|child| (child, key.into_owned()))
                 }
-                None => break,
-            }
+                Value::Array(items) if segments.peek().is_some() => {
+                    item_index(raw).and_then(|i| Some((items.get(i)?, raw.to_string())))
+                }
+                _ => None,
+            };
+            let Some((child, key)) = child else { break };
+            node = child;
+            root.push(key);
         }
         roots.push(root);
     }
@@ -45,14 +58,32 @@ pub fn written_roots<'p>(
     roots
 }
 
+/// A list index written as json-patch reads it only in its plain form
+/// (digits, no leading zero): any other is left to the whole list.
+fn item_index(raw: &str) -> Option<usize> {
+    let plain = raw.bytes().all(|b| b.is_ascii_digit()) && (raw == "0" || !raw.starts_with('0'));
+    plain.then(|| raw.parse().ok()).flatten()
+}
+
 /// The subtrees under some roots of an object, each with its type, found
 /// once for the checks below.
 pub struct WrittenSubtrees<'v> {
     /// The object's type.
     ty: &'v TypeRef,
-    /// (type, whether it is the object's root, value); `None` when a
-    /// root's type cannot be found, which fails every check.
-    subtrees: Option<Vec<(TypeSpec, bool, &'v Value)>>,
+    /// `None` when a root's type cannot be found, which fails every check.
+    subtrees: Option<Vec<Subtree<'v>>>,
+}
+
+/// One root's subtree, and the whole list it is in, if any.
+struct Subtree<'v> {
+    spec: TypeSpec,
+    /// Whether it is the object's root.
+    root: bool,
+    value: &'v Value,
+    /// The outermost list the root goes into an item of: SMD validates an
+    /// associative list's keys across its items, so the typed check looks
+    /// at the whole list.
+    list: Option<(TypeSpec, &'v Value)>,
 }
 
 impl<'v> WrittenSubtrees<'v> {
@@ -60,9 +91,7 @@ impl<'v> WrittenSubtrees<'v> {
     pub fn at(value: &'v Value, ty: &'v TypeRef, roots: &[Vec<String>]) -> Self {
         let subtrees = roots
             .iter()
-            .map(|root| {
-                at(&ty.schema, &ty.spec, value, root).map(|(spec, v)| (spec, root.is_empty(), v))
-            })
+            .map(|root| at(&ty.schema, &ty.spec, value, root, root.is_empty()))
             .collect();
         WrittenSubtrees { ty, subtrees }
     }
@@ -71,43 +100,76 @@ impl<'v> WrittenSubtrees<'v> {
     /// not declare).
     pub fn strict_clean(&self) -> bool {
         self.subtrees.as_ref().is_some_and(|subtrees| {
-            subtrees.iter().all(|(spec, root, v)| {
-                unknown::collect_at(&self.ty.schema, spec, v, *root).is_empty()
-            })
+            subtrees
+                .iter()
+                .all(|t| unknown::collect_at(&self.ty.schema, &t.spec, t.value, t.root).is_empty())
         })
     }
 
-    /// Whether every subtree passes SMD's typed validation (with duplicates
-    /// allowed, as for a live object).
+    /// Whether every subtree, or the whole list it is an item's part of,
+    /// passes SMD's typed validation (with duplicates allowed, as for a live
+    /// object).
     pub fn typed_valid(&self) -> bool {
-        self.subtrees.as_ref().is_some_and(|subtrees| {
-            subtrees
-                .iter()
-                .all(|(spec, _, v)| typed::validate(&self.ty.schema, spec, v, true).is_empty())
+        let Some(subtrees) = &self.subtrees else {
+            return false;
+        };
+        let mut lists_seen: Vec<*const Value> = Vec::new();
+        subtrees.iter().all(|t| {
+            let (spec, value) = match &t.list {
+                Some((spec, list)) => {
+                    let seen = *list as *const Value;
+                    if lists_seen.contains(&seen) {
+                        return true;
+                    }
+                    lists_seen.push(seen);
+                    (spec, *list)
+                }
+                None => (&t.spec, t.value),
+            };
+            typed::validate(&self.ty.schema, spec, value, true).is_empty()
         })
     }
 }
 
-/// The value at `path` (object keys only) and its type.
+/// The value at `path` (object keys, and list indices) and its type, with
+/// the outermost list on the way.
 fn at<'v>(
     schema: &SchemaData,
     spec: &TypeSpec,
     value: &'v Value,
     path: &[String],
-) -> Option<(TypeSpec, &'v Value)> {
+    root: bool,
+) -> Option<Subtree<'v>> {
     let mut spec = spec.clone();
     let mut node = value;
+    let mut list = None;
     for key in path {
-        let child = node.get(key.as_str())?;
         let atom = schema.resolve(&spec)?.deduce(Some(node));
-        let map = atom.map?;
-        spec = match map.def.field(key) {
-            Some(f) => f.ty.clone(),
-            None => map.def.element.clone()?,
+        let (child, child_spec) = match node {
+            Value::Array(items) => {
+                list.get_or_insert_with(|| (spec.clone(), node));
+                let item = items.get(item_index(key)?)?;
+                (item, atom.list?.def.element.clone())
+            }
+            _ => {
+                let child = node.get(key.as_str())?;
+                let map = atom.map?;
+                let child_spec = match map.def.field(key) {
+                    Some(f) => f.ty.clone(),
+                    None => map.def.element.clone()?,
+                };
+                (child, child_spec)
+            }
         };
+        spec = child_spec;
         node = child;
     }
-    Some((spec, node))
+    Some(Subtree {
+        spec,
+        root,
+        value: node,
+        list,
+    })
 }
 
 /// A JSON pointer token decoded as json-patch's `decodePatchKey` does:
@@ -157,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn roots_stop_before_lists_and_at_missing_keys() {
+    fn roots_stop_at_missing_keys_and_at_lists_an_operation_may_have_moved() {
         let obj =
             json!({"metadata": {"labels": {"a/b": "x"}}, "spec": {"containers": [{"name": "c"}]}});
         let roots = written_roots(
@@ -165,7 +227,6 @@ mod tests {
             [
                 "/metadata/labels/a~1b",
                 "/spec/containers/0/image",
-                "/spec/containers/-",
                 "/spec/gone/deeper",
             ],
         );
@@ -175,8 +236,66 @@ mod tests {
                 vec!["metadata".to_string(), "labels".into(), "a/b".into()],
                 vec!["spec".to_string()],
             ],
-            "/spec/gone/deeper is cut at /spec, which covers /spec/containers"
+            "/spec/gone/deeper is cut at /spec, which covers /spec/containers/0"
         );
+        let containers = || vec!["spec".to_string(), "containers".into()];
+        // Through an item, the root goes into it.
+        assert_eq!(
+            written_roots(&obj, ["/spec/containers/0/name"]),
+            vec![[containers(), vec!["0".into(), "name".into()]].concat()]
+        );
+        // An index that may have inserted, one out of range and one not
+        // written plainly: the whole list.
+        for dest in [
+            "/spec/containers/0",
+            "/spec/containers/-",
+            "/spec/containers/1/image",
+            "/spec/containers/00/image",
+            "/spec/containers/+0/image",
+        ] {
+            assert_eq!(written_roots(&obj, [dest]), vec![containers()], "{dest}");
+        }
+    }
+
+    #[test]
+    fn a_removal_that_moves_items_covers_what_an_earlier_operation_wrote_in_them() {
+        use crate::mutation::json_patch::{apply_patch, changed_paths, PatchOperation};
+        let ty = pod();
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+        let op = |op: &str, path: &str, value: Option<Value>| PatchOperation {
+            op: op.into(),
+            path: path.into(),
+            from: None,
+            value,
+        };
+        let ops = [
+            op("add", "/spec/containers/1/imagez", Some(json!("x"))),
+            op("remove", "/spec/containers/0", None),
+        ];
+        let patched = apply_patch(&obj, &ops).unwrap();
+        // `imagez` is now in item 0, which the add named as item 1; item 1
+        // is now `c`.
+        let roots = written_roots(&patched, changed_paths(&ops));
+        assert_eq!(roots, vec![vec!["spec".to_string(), "containers".into()]]);
+        assert!(!strict_clean_under(&patched, &ty, &roots));
+    }
+
+    #[test]
+    fn checks_of_an_item_are_its_own_and_the_typed_one_its_lists() {
+        let ty = pod();
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "imagez": "x"}, {"name": "b", "image": 5}]}});
+        // A field the item lacks: the root is the item.
+        let item = |i: &str| written_roots(&obj, [format!("/spec/containers/{i}/ports").as_str()]);
+        // Strict decoding: only the item named.
+        assert!(strict_clean_under(&obj, &ty, &item("1")));
+        assert!(!strict_clean_under(&obj, &ty, &item("0")));
+        // SMD's validation: the whole list the item is in.
+        assert!(!typed_valid_under(&obj, &ty, &item("0")));
+        let valid = json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "image": "i"}]}});
+        let roots = written_roots(&valid, ["/spec/containers/1/image"]);
+        assert!(typed_valid_under(&valid, &ty, &roots));
     }
 
     #[test]
