@@ -63,12 +63,16 @@ impl ObjectChecks {
             // kube-apiserver encoded the object from the Go types of its
             // kind, the type its mutations are checked against: it decodes
             // into them, strictly, and their round trip changes nothing.
-            // Whether it passes SMD's typed validation is left to the check.
+            // An object decoded into Go types also converts to SMD's typed
+            // value, as upstream's apply configuration does with it; a
+            // custom resource reaches admission before its schema's
+            // validation, so its types are left to the check.
             *self = ObjectChecks {
                 ty: Some(ty.clone()),
                 go_encoded: true,
                 go_decodes: true,
                 strict_clean: true,
+                typed_valid: crate::schema::go_typed(ty.name()),
                 ..ObjectChecks::default()
             };
             return;

@@ -180,6 +180,15 @@ fn never_changes(kind: &Kind) -> bool {
     )
 }
 
+/// Whether objects of the type named `type_name` are decoded into Go types
+/// upstream: the built-in kinds, but for those kube-apiserver's admission
+/// keeps unstructured (CustomResourceDefinition, APIService).
+pub fn go_typed(type_name: Option<&str>) -> bool {
+    type_name
+        .and_then(|name| table().index.get(name))
+        .is_some_and(|root| rules().roots.contains(root))
+}
+
 /// Rewrites `object`, a mutation's result of the type named `type_name`, as
 /// the kind's Go types encode it again; whether anything changed. Kinds
 /// without a round trip are left alone.

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 
 pub use go_decode::{go_convert_error, go_decode_error, go_decode_error_within, GoDecodeError};
-pub use go_round_trip::{go_round_trip, go_round_trip_within};
+pub use go_round_trip::{go_round_trip, go_round_trip_within, go_typed};
 use model::{SchemaData, TypeName, TypeSpec, UNTYPED_DEDUCED};
 pub use typed::{ValidationError, ValidationErrors};
 
