@@ -1236,8 +1236,8 @@ fn apply_mutation(
                 },
             )
             .map_err(|e| StepError::Policy(format!("error applying patch: {e}")))?;
-            checks.applied(schema);
             round_trip(object, schema, changed, checks, applied.patch.as_object());
+            checks.applied(schema);
             Ok(changed)
         }
         // A strict-decoding failure ends the admission, so the object it

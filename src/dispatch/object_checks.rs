@@ -95,8 +95,9 @@ impl ObjectChecks {
         }
     }
 
-    /// An apply configuration succeeded: the new object passed the live
-    /// validation (or was known to) and merged a validated patch.
+    /// An apply configuration succeeded, and its result went through the
+    /// round trip: the new object passed the live validation (or was known
+    /// to) and merged a validated patch.
     ///
     /// That makes it strict-clean too: SMD's typed validation rejects every
     /// field its type does not declare, the only fields strict decoding
@@ -105,8 +106,11 @@ impl ObjectChecks {
         self.retarget(ty);
         self.typed_valid = true;
         self.strict_clean = true;
-        // Checked by the unstructured converter, not by JSON decoding.
-        self.go_decodes = false;
+        // The unstructured converter checked what the merge wrote, not JSON
+        // decoding; but the round trip made it as the Go types of its kind
+        // encode it, which decodes into them, as upstream's next JSON patch
+        // finds the typed result. The rest decodes if it did before.
+        self.go_decodes = self.go_decodes && self.go_encoded && crate::schema::go_typed(ty.name());
     }
 
     /// Whether the object is as the Go types of `ty` encode it.
@@ -160,5 +164,57 @@ impl ObjectChecks {
         self.strict_clean = true;
         self.typed_valid = self.typed_valid && written.is_some_and(WrittenSubtrees::typed_valid);
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::SchemaStore;
+
+    fn pod() -> TypeRef {
+        SchemaStore::builtin()
+            .lookup("", "v1", "Pod")
+            .expect("Pod schema")
+    }
+
+    /// An apply configuration and its round trip, as the dispatcher runs them.
+    fn apply(checks: &mut ObjectChecks, ty: &TypeRef) {
+        if !checks.go_encoded(ty) {
+            checks.round_tripped(ty);
+        }
+        checks.applied(ty);
+    }
+
+    #[test]
+    fn an_object_kube_apiserver_sent_still_decodes_after_an_apply_configuration() {
+        let mut checks = ObjectChecks::of(ObjectOrigin::KubeApiserver);
+        let ty = pod();
+        assert!(matches!(checks.live(&ty), LiveObject::Valid));
+        apply(&mut checks, &ty);
+        assert!(checks.go_decodes(&ty));
+    }
+
+    #[test]
+    fn a_written_object_decodes_after_an_apply_configuration_only_if_it_did_before() {
+        let ty = pod();
+        let mut checks = ObjectChecks::of(ObjectOrigin::Written);
+        assert!(matches!(checks.live(&ty), LiveObject::Unchecked));
+        // The round trip over what the merge did not write keeps whatever
+        // did not decode there.
+        apply(&mut checks, &ty);
+        assert!(!checks.go_decodes(&ty));
+        checks.decoded(&ty);
+        apply(&mut checks, &ty);
+        assert!(checks.go_decodes(&ty));
+    }
+
+    #[test]
+    fn a_custom_resource_is_not_taken_as_typed() {
+        let ty = crate::schema::deduced();
+        let mut checks = ObjectChecks::of(ObjectOrigin::KubeApiserver);
+        assert!(matches!(checks.live(&ty), LiveObject::Unchecked));
+        apply(&mut checks, &ty);
+        assert!(!checks.go_decodes(&ty));
     }
 }
