@@ -327,9 +327,7 @@ mod tests {
     // `sidecar` after the object's items; the set `finalizers` has no keys.
     #[test]
     fn a_map_list_item_is_named_by_its_index_in_the_merged_object() {
-        let pod = crate::schema::SchemaStore::builtin()
-            .lookup("", "v1", "Pod")
-            .unwrap();
+        let pod = crate::schema::builtin_type("", "v1", "Pod");
         let patch = json!({"metadata": {"finalizers": ["example.com/f"]}, "spec": {
             "containers": [
                 {"name": "b", "resources": {"limits": {"cpu": "1"}},

@@ -170,12 +170,9 @@ impl ObjectChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::SchemaStore;
 
     fn pod() -> TypeRef {
-        SchemaStore::builtin()
-            .lookup("", "v1", "Pod")
-            .expect("Pod schema")
+        crate::schema::builtin_type("", "v1", "Pod")
     }
 
     /// An apply configuration and its round trip, as the dispatcher runs them.

@@ -21,9 +21,7 @@ fn paths(changes: &[FieldChange]) -> Vec<String> {
 }
 
 fn pod_schema() -> TypeRef {
-    SchemaStore::builtin()
-        .lookup("", "v1", "Pod")
-        .expect("Pod schema")
+    crate::schema::builtin_type("", "v1", "Pod")
 }
 
 #[test]

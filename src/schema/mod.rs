@@ -116,6 +116,14 @@ impl fmt::Debug for SchemaStore {
     }
 }
 
+/// The built-in type of `group/version, Kind=kind`, for tests.
+#[cfg(test)]
+pub(crate) fn builtin_type(group: &str, version: &str, kind: &str) -> TypeRef {
+    SchemaStore::builtin()
+        .lookup(group, version, kind)
+        .unwrap_or_else(|| panic!("no built-in {group}/{version} {kind}"))
+}
+
 impl SchemaStore {
     /// The built-in kinds of kube-apiserver v1.36 (shared, parsed once).
     pub fn builtin() -> Arc<SchemaStore> {

@@ -201,13 +201,10 @@ pub(crate) fn decode_key(s: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::SchemaStore;
     use serde_json::json;
 
     fn pod() -> TypeRef {
-        SchemaStore::builtin()
-            .lookup("", "v1", "Pod")
-            .expect("Pod schema")
+        crate::schema::builtin_type("", "v1", "Pod")
     }
 
     fn strict_clean_under(obj: &Value, ty: &TypeRef, roots: &[Vec<String>]) -> bool {
