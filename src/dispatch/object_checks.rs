@@ -243,4 +243,29 @@ mod tests {
         assert!(checks.strict_errors(&ty, &ops, &patched).is_empty());
         assert!(matches!(checks.live(&ty), LiveObject::Unchecked));
     }
+    #[test]
+    fn a_removal_that_moves_items_covers_what_an_earlier_operation_wrote_in_them() {
+        let op = |op: &str, path: &str, value: Option<Json>| PatchOperation {
+            op: op.into(),
+            path: path.into(),
+            from: None,
+            value,
+        };
+        let ops = [
+            op("add", "/spec/containers/1/imagez", Some(Json::from("x"))),
+            op("remove", "/spec/containers/0", None),
+        ];
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+        let patched = crate::mutation::json_patch::apply_patch(&object, &ops).unwrap();
+        // `imagez` is now in item 0, which the add named as item 1; item 1
+        // is now `c`. The removal's parent, the list, covers both.
+        let ty = pod();
+        let mut checks = ObjectChecks::of(ObjectOrigin::KubeApiserver);
+        assert_eq!(
+            checks.strict_errors(&ty, &ops, &patched),
+            ["spec.containers[0].imagez"]
+        );
+    }
 }
