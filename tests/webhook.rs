@@ -175,11 +175,21 @@ fn deployment_request(uid: &str, object: &Value) -> Value {
 }
 
 /// The Deployment of `examples/deployment.yaml`.
+/// `examples/deployment.yaml` as kube-apiserver sends it, encoded from its
+/// Go types: the structs Go always writes are there, empty (maporacle).
 fn example_deployment() -> Value {
     let text = std::fs::read_to_string(repo("examples/deployment.yaml")).unwrap();
-    kmutate::api::load::parse_documents(&text)
+    let mut deployment = kmutate::api::load::parse_documents(&text)
         .unwrap()
-        .remove(0)
+        .remove(0);
+    deployment["status"] = json!({});
+    deployment["spec"]["strategy"] = json!({});
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    pod["securityContext"] = json!({});
+    for container in pod["containers"].as_array_mut().unwrap() {
+        container["resources"] = json!({});
+    }
+    deployment
 }
 
 #[test]

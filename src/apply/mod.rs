@@ -14,7 +14,7 @@ use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionContext, Outcome, PolicySet};
 use crate::explain::{ExplainObserver, Explanation};
 use crate::matching::{complete_request, ResourceTable};
-use crate::request::{AdmissionRequest, ClusterObjects, UserInfo};
+use crate::request::{AdmissionRequest, ClusterObjects, GroupVersionKind, UserInfo};
 use crate::schema::SchemaStore;
 use input::{Content, Document, Origin};
 use serde_json::Value as Json;
@@ -279,6 +279,15 @@ fn default_namespace(object: &mut Json, request: &Request, table: &ResourceTable
 }
 
 /// Admits one object.
+/// `object`, of the kind `kind`, as its Go types encode it (a custom kind as
+/// it is).
+fn go_encoded(ctx: &AdmissionContext<'_>, kind: &GroupVersionKind, mut object: Json) -> Json {
+    if let Some(ty) = ctx.schemas.lookup(&kind.group, &kind.version, &kind.kind) {
+        crate::schema::go_round_trip(&mut object, ty.name());
+    }
+    object
+}
+
 fn admit_one(
     evaluator: &Evaluator<'_>,
     request: &Request,
@@ -340,9 +349,16 @@ fn admit_one(
             object: result,
         },
     };
+    // A changed object is shown against the object as kube-apiserver would
+    // have sent it, its kind's Go types' encoding, which the policies
+    // changed: its patch and diff hold their changes, not the encoding's.
+    let original = match &verdict {
+        Verdict::Admitted { changed: true, .. } => go_encoded(ctx, &kind, object),
+        _ => object,
+    };
     Evaluated {
         origin,
-        original: object,
+        original,
         verdict,
         warnings,
         explanation,

@@ -70,30 +70,66 @@ impl PreparedCase {
     /// [`PreparedCase::run_keeping_original`], taking the object as from
     /// `origin`.
     fn run_from(&self, origin: ObjectOrigin) -> (Outcome, Option<Snapshot>) {
-        self.policies.admit_keeping_original(
-            self.request.clone(),
-            None,
-            &self.context(),
-            &NoObserver,
-            origin,
-        )
+        self.run_request_from(self.request.clone(), origin)
     }
 
-    /// Whether the request's object is one kube-apiserver could have sent:
-    /// as the Go types of the request's kind encode it, decoding into them
-    /// strictly. (A custom kind has no Go types; its object needs only to
-    /// hold no field its schema lacks, as after kube-apiserver's pruning.)
-    fn object_as_kube_apiserver_sends_it(&self) -> bool {
-        let (Some(object), kind) = (&self.request.object, &self.request.kind) else {
-            return false;
-        };
-        let Some(ty) = self.schemas.lookup(&kind.group, &kind.version, &kind.kind) else {
-            return false;
-        };
-        let mut round_tripped = object.clone();
-        !crate::schema::go_round_trip(&mut round_tripped, ty.name())
-            && crate::schema::go_decode_error(object, ty.name()).is_none()
-            && crate::schema::unknown_fields(object, &ty).is_empty()
+    fn run_request_from(
+        &self,
+        request: AdmissionRequest,
+        origin: ObjectOrigin,
+    ) -> (Outcome, Option<Snapshot>) {
+        self.policies
+            .admit_keeping_original(request, None, &self.context(), &NoObserver, origin)
+    }
+
+    /// The request as kube-apiserver could have sent it, if it could: its
+    /// object as the Go types of the request's kind encode it, and decoding
+    /// into them strictly. (A custom kind has no Go types; its object needs
+    /// only to hold no field its schema lacks, as after kube-apiserver's
+    /// pruning.)
+    fn request_as_kube_apiserver_sends_it(&self) -> Option<AdmissionRequest> {
+        let kind = &self.request.kind;
+        let ty = self
+            .schemas
+            .lookup(&kind.group, &kind.version, &kind.kind)?;
+        let mut request = self.request.clone();
+        let object = request.object.as_mut()?;
+        crate::schema::go_round_trip(object, ty.name());
+        if crate::schema::go_decode_error(object, ty.name()).is_some()
+            || !crate::schema::unknown_fields(object, &ty).is_empty()
+        {
+            return None;
+        }
+        if let Some(old) = request.old_object.as_mut() {
+            crate::schema::go_round_trip(old, ty.name());
+        }
+        Some(request)
+    }
+
+    /// `outcome`'s object as the Go types of the request's kind encode it.
+    fn go_encoded(&self, outcome: &Outcome) -> Outcome {
+        match outcome {
+            Outcome::Admitted {
+                object,
+                warnings,
+                changed,
+            } => Outcome::Admitted {
+                object: self.go_encoded_object(object),
+                warnings: warnings.clone(),
+                changed: *changed,
+            },
+            denied => denied.clone(),
+        }
+    }
+
+    /// `object` as the Go types of the request's kind encode it.
+    fn go_encoded_object(&self, object: &Json) -> Json {
+        let mut object = object.clone();
+        let kind = &self.request.kind;
+        if let Some(ty) = self.schemas.lookup(&kind.group, &kind.version, &kind.kind) {
+            crate::schema::go_round_trip(&mut object, ty.name());
+        }
+        object
     }
 }
 
@@ -305,8 +341,10 @@ fn judge(case: &Case, prepared: &PreparedCase) -> CaseResult {
         object, changed, ..
     } = &outcome
     {
+        let request_object = prepared.request.object.as_ref().unwrap_or(&Json::Null);
         if let Err(e) = check_patch_claims(
-            prepared.request.object.as_ref().unwrap_or(&Json::Null),
+            request_object,
+            &prepared.go_encoded_object(request_object),
             object,
             *changed,
             original.as_ref(),
@@ -326,11 +364,14 @@ fn judge(case: &Case, prepared: &PreparedCase) -> CaseResult {
 /// could have sent checks that this gives `outcome`, the answer of the
 /// checks that look at the whole object.
 fn check_origin_claims(prepared: &PreparedCase, outcome: &Outcome) -> Result<(), String> {
-    if !prepared.object_as_kube_apiserver_sends_it() {
+    let Some(request) = prepared.request_as_kube_apiserver_sends_it() else {
         return Ok(());
-    }
-    let (trusted, _) = prepared.run_from(ObjectOrigin::KubeApiserver);
-    if &trusted == outcome {
+    };
+    let (trusted, _) = prepared.run_request_from(request, ObjectOrigin::KubeApiserver);
+    // A written object the admission leaves unchanged comes back as it
+    // came, not as the Go types encode it.
+    let (trusted, outcome) = (prepared.go_encoded(&trusted), prepared.go_encoded(outcome));
+    if trusted == outcome {
         return Ok(());
     }
     Err(format!(
@@ -342,9 +383,12 @@ fn check_origin_claims(prepared: &PreparedCase, outcome: &Outcome) -> Result<(),
 /// came (`changed`), or that took no snapshot of it (`original`), without
 /// comparing the two, and computes its patch from the snapshot: every case
 /// checks that those claims hold of `request_object`, the object as the
-/// request gave it.
+/// request gave it, and that the snapshot is `base`, that object as the
+/// admission began with it (a written object as its kind's Go types encode
+/// it, as kube-apiserver would have sent it).
 fn check_patch_claims(
     request_object: &Json,
+    base: &Json,
     object: &Json,
     changed: bool,
     original: Option<&Snapshot>,
@@ -356,7 +400,7 @@ fn check_patch_claims(
         None if changed || object != request_object => {
             Err("the admission wrote to the object without taking its snapshot first")
         }
-        Some(snapshot) if !snapshot.diff(request_object).0.is_empty() => {
+        Some(snapshot) if !snapshot.diff(base).0.is_empty() => {
             Err("the admission's snapshot is not the object as the request gave it")
         }
         _ => Ok(()),
@@ -718,22 +762,22 @@ mod tests {
     fn claims_the_patch_relies_on_are_checked() {
         let (came, mutated) = (json!({"a": 1}), json!({"a": 2}));
         let of = |v: &Json| Some(Snapshot::of(v));
-        assert_eq!(check_patch_claims(&came, &came, false, None), Ok(()));
+        assert_eq!(check_patch_claims(&came, &came, &came, false, None), Ok(()));
         assert_eq!(
-            check_patch_claims(&came, &mutated, true, of(&came).as_ref()),
+            check_patch_claims(&came, &came, &mutated, true, of(&came).as_ref()),
             Ok(())
         );
         // Written to, and the snapshot taken first, but changed back.
         assert_eq!(
-            check_patch_claims(&came, &came, false, of(&came).as_ref()),
+            check_patch_claims(&came, &came, &came, false, of(&came).as_ref()),
             Ok(())
         );
         // Changed, said unchanged.
-        assert!(check_patch_claims(&came, &mutated, false, of(&came).as_ref()).is_err());
+        assert!(check_patch_claims(&came, &came, &mutated, false, of(&came).as_ref()).is_err());
         // Changed with no snapshot, whatever it says.
-        assert!(check_patch_claims(&came, &mutated, true, None).is_err());
+        assert!(check_patch_claims(&came, &came, &mutated, true, None).is_err());
         // A snapshot taken after the write.
-        assert!(check_patch_claims(&came, &mutated, true, of(&mutated).as_ref()).is_err());
+        assert!(check_patch_claims(&came, &came, &mutated, true, of(&mutated).as_ref()).is_err());
     }
 
     #[test]

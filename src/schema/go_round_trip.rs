@@ -55,6 +55,9 @@ struct FieldRule {
 #[derive(Debug, Default)]
 struct StructRules {
     fields: HashMap<String, FieldRule, FastHash>,
+    /// The struct fields encoding/json writes even when absent (no
+    /// pointer, or a pointer the conversion sets), each with its struct.
+    fills: Box<[(String, usize)]>,
 }
 
 #[cfg(test)]
@@ -73,11 +76,21 @@ struct Rules {
 
 fn rules() -> &'static Rules {
     static RULES: OnceLock<Rules> = OnceLock::new();
-    RULES.get_or_init(|| parse_rules(include_str!("go_zero_fields.json"), table()))
+    RULES.get_or_init(|| {
+        parse_rules(
+            include_str!("go_zero_fields.json"),
+            include_str!("go_struct_fills.json"),
+            table(),
+        )
+    })
 }
 
-fn parse_rules(text: &str, table: &'static Table) -> Rules {
+fn parse_rules(text: &str, fills_text: &str, table: &'static Table) -> Rules {
     let doc: Value = serde_json::from_str(text).unwrap_or_default();
+    // Per struct, the struct fields written when absent
+    // (tools/probe_go_struct_fills.py).
+    let fills_doc: Value = serde_json::from_str(fills_text).unwrap_or_default();
+    let fills_of = |def_name: &str| -> Names<'_> { names(fills_doc.get(def_name)) };
     // Per struct, the fields that lose a zero value, those where null
     // becomes a kept zero value, and the lists and maps that lose an empty
     // value.
@@ -108,6 +121,17 @@ fn parse_rules(text: &str, table: &'static Table) -> Rules {
         .zip(&zero_fields)
         .zip(def_names)
         .map(|((sdef, (omit, zero, empty)), def_name)| StructRules {
+            fills: {
+                let filled = fills_of(def_name);
+                sdef.fields
+                    .iter()
+                    .filter(|(field, _)| filled.contains(field.as_str()))
+                    .filter_map(|(field, (ty, _))| match ty.kind {
+                        Kind::Struct(def) => Some((field.clone(), def)),
+                        _ => None,
+                    })
+                    .collect()
+            },
             fields: sdef
                 .fields
                 .iter()
@@ -265,6 +289,14 @@ impl Walk<'_> {
         }
         for key in &omitted {
             m.remove(key);
+        }
+        for (field, def) in rules.fills.iter() {
+            if m.get(field).is_none_or(Value::is_null) {
+                let mut filled = Value::Object(Map::new());
+                self.structure(*def, &mut filled, None, depth + 1);
+                m.insert(field.clone(), filled);
+                changed = true;
+            }
         }
         changed || !omitted.is_empty()
     }
@@ -499,7 +531,68 @@ mod tests {
 
     fn round_trip(mut object: Value, ty: &str) -> (Value, bool) {
         let changed = go_round_trip(&mut object, Some(ty));
-        (object, changed)
+        (without_fills(object), changed)
+    }
+
+    /// `v` without the empty structs the round trip fills in (`status: {}`,
+    /// a container's `resources: {}`), for the tests of its other rules.
+    fn without_fills(mut v: Value) -> Value {
+        fn only_empty(v: &Value) -> bool {
+            v.as_object().is_some_and(|m| m.values().all(only_empty))
+        }
+        fn strip(v: &mut Value, fill_names: &HashSet<&str>) {
+            match v {
+                Value::Object(m) => {
+                    m.retain(|k, v| !(fill_names.contains(k.as_str()) && only_empty(v)));
+                    m.values_mut().for_each(|v| strip(v, fill_names));
+                }
+                Value::Array(items) => items.iter_mut().for_each(|v| strip(v, fill_names)),
+                _ => {}
+            }
+        }
+        let fill_names: HashSet<&str> = rules()
+            .structs
+            .iter()
+            .flat_map(|s| s.fills.iter().map(|(name, _)| name.as_str()))
+            .collect();
+        strip(&mut v, &fill_names);
+        v
+    }
+
+    #[test]
+    fn absent_structs_are_filled_as_go_writes_them() {
+        // maporacle (tools/probe_go_struct_fills.py): a Pod written without
+        // them comes back with metadata, status, the conversion's
+        // spec.securityContext and each container's resources, all empty;
+        // a Deployment with its strategy and its template's metadata too.
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "image": "i"}]}});
+        assert!(go_round_trip(&mut pod, Some("io.k8s.api.core.v1.Pod")));
+        assert_eq!(
+            pod,
+            json!({"metadata": {}, "status": {}, "spec": {"securityContext": {},
+                   "containers": [{"name": "a", "image": "i", "resources": {}}]}})
+        );
+        let mut deployment =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}});
+        assert!(go_round_trip(
+            &mut deployment,
+            Some("io.k8s.api.apps.v1.Deployment")
+        ));
+        assert_eq!(
+            deployment,
+            json!({"metadata": {}, "status": {}, "spec": {"strategy": {}, "template": {
+                   "metadata": {}, "spec": {"securityContext": {},
+                   "containers": [{"name": "a", "resources": {}}]}}}})
+        );
+        // A null struct is filled as an absent one; one present stays.
+        let mut pod = json!({"metadata": {"name": "p"}, "status": null, "spec": {"securityContext": {"runAsUser": 1}}});
+        assert!(go_round_trip(&mut pod, Some("io.k8s.api.core.v1.Pod")));
+        assert_eq!(
+            pod,
+            json!({"metadata": {"name": "p"}, "status": {}, "spec": {"securityContext": {"runAsUser": 1}}})
+        );
+        // Filled again, nothing changes.
+        assert!(!go_round_trip(&mut pod, Some("io.k8s.api.core.v1.Pod")));
     }
 
     #[test]
@@ -514,7 +607,7 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}})
         );
         let (object, _) = round_trip(
@@ -522,12 +615,11 @@ mod tests {
             "io.k8s.api.core.v1.ConfigMap",
         );
         assert_eq!(object, json!({"metadata": {"name": "c"}}));
-        let (object, changed) = round_trip(
-            json!({"spec": {"containers": []}}),
-            "io.k8s.api.core.v1.Pod",
-        );
-        assert!(!changed);
-        assert_eq!(object, json!({"spec": {"containers": []}}));
+        let pod = json!({"metadata": {}, "status": {},
+                         "spec": {"containers": [], "securityContext": {}}});
+        let mut object = pod.clone();
+        assert!(!go_round_trip(&mut object, Some("io.k8s.api.core.v1.Pod")));
+        assert_eq!(object, pod);
     }
 
     #[test]
@@ -539,7 +631,7 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"spec": {"replicas": 0,
                    "template": {"spec": {"containers": [{"name": "a", "env": [{"name": "A"}]}]}}}})
         );
@@ -564,7 +656,7 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({
                 "metadata": {"labels": {"a": "", "b": null}, "annotations": {"c": null}},
                 "spec": {"minReadySeconds": 0,
@@ -596,7 +688,7 @@ mod tests {
         // Item 2 whole loses its empty image; of item 0 only `name` is
         // visited; item 1 is not.
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"spec": {"containers": [
                 {"name": "a", "image": ""}, {"name": "b", "image": ""}, {"name": "c"}]}})
         );
@@ -605,7 +697,7 @@ mod tests {
     #[test]
     fn an_associative_list_written_by_a_merge_is_visited_at_the_items_it_names() {
         let pod = |cpu_a: &str, cpu_b: &str| {
-            json!({"spec": {"containers": [
+            json!({"metadata": {}, "status": {}, "spec": {"securityContext": {}, "containers": [
                 {"name": "a", "resources": {"requests": {"cpu": cpu_a}}},
                 {"name": "b", "resources": {"requests": {"cpu": cpu_b}}}]}})
         };
@@ -673,7 +765,7 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"metadata": {"labels": {"a": ""}, "finalizers": [""]}, "data": {"k": "", "v": "x"}})
         );
         let (object, _) = round_trip(
@@ -681,7 +773,7 @@ mod tests {
             "io.k8s.api.core.v1.Pod",
         );
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"spec": {"containers": [{"name": ""}, {"name": ""}]}})
         );
     }
@@ -699,22 +791,24 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"metadata": {"creationTimestamp": "2020-01-02T01:04:05Z", "deletionTimestamp": null},
                    "spec": {"overhead": {"cpu": "2500m", "memory": "1536Mi", "a": "012", "b": "0", "c": "1k"},
                             "containers": [{"name": "c", "resources": {"limits": {"cpu": "1"}}}]}})
         );
-        let canonical = json!({"spec": {"overhead": {"cpu": "2e3"}}, "metadata": {"creationTimestamp": "2020-01-02T01:04:05Z"}});
+        let canonical = json!({"spec": {"overhead": {"cpu": "2e3"}, "securityContext": {}}, "status": {},
+                               "metadata": {"creationTimestamp": "2020-01-02T01:04:05Z"}});
         assert_eq!(
             round_trip(canonical.clone(), "io.k8s.api.core.v1.Pod"),
-            (canonical, false)
+            (without_fills(canonical), false)
         );
         // A time whose UTC year kube-apiserver could not read back stays
         // as written (go_decode::time_round_trip).
-        let far = json!({"metadata": {"creationTimestamp": "9999-12-31T23:59:59-05:00"}});
+        let far = json!({"metadata": {"creationTimestamp": "9999-12-31T23:59:59-05:00"},
+                         "spec": {"securityContext": {}}, "status": {}});
         assert_eq!(
             round_trip(far.clone(), "io.k8s.api.core.v1.Pod"),
-            (far, false)
+            (without_fills(far), false)
         );
         // An int32 out of range wraps (FromUnstructured).
         let (object, changed) = round_trip(
@@ -723,14 +817,15 @@ mod tests {
         );
         assert!(changed);
         assert_eq!(
-            object,
+            without_fills(object.clone()),
             json!({"spec": {"replicas": -1_294_967_296, "minReadySeconds": 2_147_483_647, "revisionHistoryLimit": 7}})
         );
         // Values that do not decode are the decoder's to report.
-        let bad = json!({"spec": {"overhead": {"cpu": "lots"}}, "metadata": {"creationTimestamp": "today"}});
+        let bad = json!({"spec": {"overhead": {"cpu": "lots"}, "securityContext": {}}, "status": {},
+                         "metadata": {"creationTimestamp": "today"}});
         assert_eq!(
             round_trip(bad.clone(), "io.k8s.api.core.v1.Pod"),
-            (bad, false)
+            (without_fills(bad), false)
         );
     }
 
