@@ -14,7 +14,7 @@ use crate::authorizer::Authorizer;
 use crate::dispatch::{AdmissionContext, Outcome, PolicySet};
 use crate::explain::{ExplainObserver, Explanation};
 use crate::matching::{complete_request, ResourceTable};
-use crate::request::{AdmissionRequest, ClusterObjects, GroupVersionKind, UserInfo};
+use crate::request::{AdmissionRequest, ClusterObjects, UserInfo};
 use crate::schema::SchemaStore;
 use input::{Content, Document, Origin};
 use serde_json::Value as Json;
@@ -279,15 +279,6 @@ fn default_namespace(object: &mut Json, request: &Request, table: &ResourceTable
 }
 
 /// Admits one object.
-/// `object`, of the kind `kind`, as its Go types encode it (a custom kind as
-/// it is).
-fn go_encoded(ctx: &AdmissionContext<'_>, kind: &GroupVersionKind, mut object: Json) -> Json {
-    if let Some(ty) = ctx.schemas.lookup(&kind.group, &kind.version, &kind.kind) {
-        crate::schema::go_round_trip(&mut object, ty.name());
-    }
-    object
-}
-
 fn admit_one(
     evaluator: &Evaluator<'_>,
     request: &Request,
@@ -353,7 +344,12 @@ fn admit_one(
     // have sent it, its kind's Go types' encoding, which the policies
     // changed: its patch and diff hold their changes, not the encoding's.
     let original = match &verdict {
-        Verdict::Admitted { changed: true, .. } => go_encoded(ctx, &kind, object),
+        Verdict::Admitted { changed: true, .. } => {
+            let mut encoded = object;
+            ctx.schemas
+                .go_round_trip_of_kind(&kind.group, &kind.version, &kind.kind, &mut encoded);
+            encoded
+        }
         _ => object,
     };
     Evaluated {

@@ -94,14 +94,14 @@ impl PreparedCase {
             .lookup(&kind.group, &kind.version, &kind.kind)?;
         let mut request = self.request.clone();
         let object = request.object.as_mut()?;
-        crate::schema::go_round_trip(object, ty.name());
+        *object = self.go_encoded_object(object);
         if crate::schema::go_decode_error(object, ty.name()).is_some()
             || !crate::schema::unknown_fields(object, &ty).is_empty()
         {
             return None;
         }
         if let Some(old) = request.old_object.as_mut() {
-            crate::schema::go_round_trip(old, ty.name());
+            *old = self.go_encoded_object(old);
         }
         Some(request)
     }
@@ -126,9 +126,8 @@ impl PreparedCase {
     fn go_encoded_object(&self, object: &Json) -> Json {
         let mut object = object.clone();
         let kind = &self.request.kind;
-        if let Some(ty) = self.schemas.lookup(&kind.group, &kind.version, &kind.kind) {
-            crate::schema::go_round_trip(&mut object, ty.name());
-        }
+        self.schemas
+            .go_round_trip_of_kind(&kind.group, &kind.version, &kind.kind, &mut object);
         object
     }
 }

@@ -207,6 +207,20 @@ impl SchemaStore {
                 .or_else(|| self.deduce_unknown.then(deduced)),
         }
     }
+
+    /// Rewrites `object`, of kind `group/version, Kind=kind`, as its Go
+    /// types encode it ([`go_round_trip`]); whether anything changed. A kind
+    /// without Go types is left as it is.
+    pub fn go_round_trip_of_kind(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        object: &mut serde_json::Value,
+    ) -> bool {
+        self.lookup(group, version, kind)
+            .is_some_and(|ty| go_round_trip(object, ty.name()))
+    }
 }
 
 /// SMD's deduced type (`typed.DeducedParseableType`): maps are granular and
