@@ -14,7 +14,8 @@
 //! into the sidecar makes kube-apiserver reinvoke the webhook, and a
 //! reinvocation that reaches the other replica must still be told from a
 //! new request. Every Pod must be stored as the built-in plugin stores it
-//! with the same policies (created as v1 objects), and none refused.
+//! with the same policies (created as v1 objects), and none refused, on a
+//! node loaded well past its cores.
 
 mod support;
 
@@ -34,6 +35,11 @@ const V1: &str = "admissionregistration.k8s.io/v1";
 const CREATES: usize = 1_000;
 const CLIENTS: usize = 16;
 const RESTART_EVERY: Duration = Duration::from_millis(700);
+/// Threads that only burn CPU while the creates run: a node this loaded
+/// (5 runnable threads a core on 2 cores) slows a peer's answer past any
+/// fixed short wait, and a replica that then answered without its peer
+/// knowing had the other take the reinvocation for a new request.
+const CPU_HOGS: usize = 8;
 
 /// The two policies, as v1 objects bound to Namespaces labelled `label`
 /// (or to all: the webhook's registration selects the Namespace).
@@ -302,6 +308,17 @@ fn two_replicas_answer_as_the_builtin_plugin_through_a_rolling_update() {
                 restarts
             })
         };
+        let hogs: Vec<_> = (0..CPU_HOGS)
+            .map(|_| {
+                let creating = creating.clone();
+                std::thread::spawn(move || {
+                    let mut spins = 0u64;
+                    while creating.load(Ordering::Relaxed) {
+                        spins = std::hint::black_box(spins.wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
         let started = Instant::now();
         let sent = Arc::new(AtomicUsize::new(0));
         let refused = Arc::new(Mutex::new(Vec::new()));
@@ -326,6 +343,9 @@ fn two_replicas_answer_as_the_builtin_plugin_through_a_rolling_update() {
             c.await.unwrap();
         }
         creating.store(false, Ordering::SeqCst);
+        for hog in hogs {
+            hog.join().unwrap();
+        }
         let restarts = restarter.await.unwrap();
         stop.store(true, Ordering::SeqCst);
         let elapsed = started.elapsed();

@@ -68,8 +68,13 @@ const PEER_PATIENCE: Duration = Duration::from_secs(3);
 /// How long a peer that failed is left out.
 const PEER_BACKOFF: Duration = Duration::from_secs(1);
 
-/// How long one exchange with a peer on the request path may take.
-const PEER_TIMEOUT: Duration = Duration::from_millis(500);
+/// The least time one exchange with a peer on the request path is given,
+/// however little of the request's own time is left.
+const PEER_TIMEOUT_MIN: Duration = Duration::from_millis(500);
+
+/// Most idle connections kept to one peer: concurrent answers each take
+/// one, rather than queue behind one exchange.
+const MOST_IDLE_CONNECTIONS: usize = 8;
 
 /// How often the `--peers` names are resolved again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(5);
@@ -96,10 +101,11 @@ struct Links {
     resolved_at: Option<Instant>,
 }
 
-/// One peer: its connection, kept open, and when it may be tried again.
+/// One peer: its idle connections, kept open, and when it may be tried
+/// again.
 struct PeerLink {
     addr: SocketAddr,
-    connection: tokio::sync::Mutex<Option<Connection>>,
+    idle: Mutex<Vec<Connection>>,
     down_until: Mutex<Option<Instant>>,
 }
 
@@ -180,10 +186,18 @@ impl Peers {
         }
     }
 
-    /// Sends `entries` to every peer that is up and waits for them (each
-    /// at most [`PEER_TIMEOUT`]); the number of peers that took them.
-    pub async fn send(&self, entries: &[Remembered]) -> usize {
-        self.send_within(entries, PEER_TIMEOUT, false).await
+    /// Sends `entries` to every peer that is up and waits for them until
+    /// `until` (at least [`PEER_TIMEOUT_MIN`]); the number of peers that
+    /// took them.
+    ///
+    /// A peer that is up but slow (a loaded node) is waited for as long as
+    /// the request allows: once left out, a reinvocation that reaches it
+    /// would be taken for a new request.
+    pub async fn send(&self, entries: &[Remembered], until: Instant) -> usize {
+        let patience = until
+            .saturating_duration_since(Instant::now())
+            .max(PEER_TIMEOUT_MIN);
+        self.send_within(entries, patience, false).await
     }
 
     /// [`Peers::send`] with more patience, as a stopping replica hands
@@ -315,6 +329,8 @@ impl Peers {
         result
     }
 
+    /// One exchange on an idle connection to `link`, or a new one; the
+    /// connection is kept for the next exchange if it went well.
     async fn exchange_once(&self, link: &PeerLink, exchange: Exchange<'_>) -> Result<Bytes> {
         let Exchange {
             token,
@@ -323,22 +339,30 @@ impl Peers {
             patience,
             retry_refused,
         } = exchange;
-        let mut kept = link.connection.lock().await;
-        let reused = kept.as_ref().is_some_and(Connection::is_open);
-        if !reused {
-            *kept = Some(self.connect(link.addr, patience, retry_refused).await?);
-        }
-        let connection = kept.as_mut().expect("a connection was just made");
-        match self.send_bodies(connection, token, &method, bodies).await {
+        let (mut connection, reused) = match link.take_idle() {
+            Some(c) => (c, true),
+            None => (
+                self.connect(link.addr, patience, retry_refused).await?,
+                false,
+            ),
+        };
+        let result = match self
+            .send_bodies(&mut connection, token, &method, bodies)
+            .await
+        {
             // The kept connection may have closed meanwhile (the peer
             // restarted): once more on a new one.
             Err(_) if reused => {
-                *kept = Some(self.connect(link.addr, patience, retry_refused).await?);
-                let connection = kept.as_mut().expect("a connection was just made");
-                self.send_bodies(connection, token, &method, bodies).await
+                connection = self.connect(link.addr, patience, retry_refused).await?;
+                self.send_bodies(&mut connection, token, &method, bodies)
+                    .await
             }
             result => result,
+        };
+        if result.is_ok() {
+            link.keep_idle(connection);
         }
+        result
     }
 
     async fn send_bodies(
@@ -421,9 +445,28 @@ impl PeerLink {
     fn new(addr: SocketAddr) -> Arc<PeerLink> {
         Arc::new(PeerLink {
             addr,
-            connection: tokio::sync::Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
             down_until: Mutex::new(None),
         })
+    }
+
+    /// An idle connection still open, if one is kept.
+    fn take_idle(&self) -> Option<Connection> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.is_open() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Keeps `connection` for a later exchange, unless enough are kept.
+    fn keep_idle(&self, connection: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MOST_IDLE_CONNECTIONS {
+            idle.push(connection);
+        }
     }
 
     fn is_up(&self) -> bool {

@@ -1266,6 +1266,7 @@ async fn engine_when_loaded(
 async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + shared.timeout);
+    let peers_until = peers_deadline(started, shared.timeout, req.uri().query());
     shared.received.fetch_add(1, Ordering::SeqCst);
     let metrics = shared.metrics.clone();
     metrics.in_flight().inc();
@@ -1494,7 +1495,7 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
             let (entry, forgotten) = shared.reinvocations.remember(identity, answered);
             if let Some(peers) = &shared.peers {
                 // The peers know the answer before kube-apiserver does.
-                peers.send(std::slice::from_ref(&entry)).await;
+                peers.send(std::slice::from_ref(&entry), peers_until).await;
             }
             drop_after_reply((admitted, first_pass, forgotten));
         }
@@ -1502,6 +1503,20 @@ async fn mutate(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<By
         None => {}
     }
     reply(StatusCode::OK, "application/json", bytes)
+}
+
+/// Until when the peers are waited for with a request's answer: a tenth
+/// of the request's time before the earlier of `--timeout` and
+/// kube-apiserver's own (the `timeout` query parameter it adds to every
+/// webhook call: `timeoutSeconds`), which leaves the reply its time.
+fn peers_deadline(started: Instant, timeout: Duration, query: Option<&str>) -> Instant {
+    let apiserver = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.strip_prefix("timeout="))
+        .find_map(|value| super::parse_duration(value).ok());
+    let timeout = apiserver.map_or(timeout, |t| t.min(timeout));
+    started + timeout - timeout / 10
 }
 
 /// Why a request's Content-Type is refused (`None`: it is
@@ -1885,6 +1900,30 @@ mod tests {
             &EngineSources::under(&dir),
             Box::new(AlwaysDeny),
         ))
+    }
+
+    #[test]
+    fn the_peers_are_waited_for_until_a_tenth_before_the_earlier_timeout() {
+        let started = Instant::now();
+        let ten = Duration::from_secs(10);
+        // kube-apiserver's `timeoutSeconds: 3` (rest client: `timeout=3s`).
+        assert_eq!(
+            peers_deadline(started, ten, Some("timeout=3s")),
+            started + Duration::from_millis(2_700)
+        );
+        assert_eq!(
+            peers_deadline(started, Duration::from_secs(2), Some("x=1&timeout=30s")),
+            started + Duration::from_millis(1_800)
+        );
+        // No parameter, or one that does not parse: `--timeout` alone.
+        assert_eq!(
+            peers_deadline(started, ten, None),
+            started + Duration::from_secs(9)
+        );
+        assert_eq!(
+            peers_deadline(started, ten, Some("timeout=soon")),
+            started + Duration::from_secs(9)
+        );
     }
 
     #[tokio::test]
