@@ -92,7 +92,7 @@ const REGEX_STRING_LENGTH: f64 = 0.25;
 
 /// The variables of the activation: a call on anything else that spells a
 /// qualified name (`sets.contains(...)`) names a function, not a method.
-const INPUT_VARIABLES: [&str; 7] = [
+pub(crate) const INPUT_VARIABLES: [&str; 7] = [
     "object",
     "oldObject",
     "request",
@@ -286,6 +286,24 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload(SIZE_FN, "kcost_size", two_dyn(), size_fn)?;
     env.add_overload(DYN_FN, "kcost_call", two_dyn(), dyn_fn)?;
     Ok(())
+}
+
+/// The internal function `name` (one [`register`] declares), to call it
+/// without the environment's lookup.
+pub(crate) fn internal_function(name: &str) -> Option<cel::common::functions::Function> {
+    Some(match name {
+        CHARGE_FN => charge_fn,
+        LOOP_FN => loop_fn,
+        EQUALS_FN => equals_fn,
+        ADD_FN => add_fn,
+        STRING_PREDICATE_FN => string_predicate_fn,
+        ALLOC_FN => alloc_fn,
+        RANGE_FN => range_fn,
+        GROWTH_FN => growth_fn,
+        SIZE_FN => size_fn,
+        DYN_FN => dyn_fn,
+        _ => return None,
+    })
 }
 
 fn int_arg(v: &CowVal<'_, '_>) -> u64 {

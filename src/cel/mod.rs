@@ -8,6 +8,7 @@ mod check;
 pub(crate) use check::{DeclaredVariables, ExpectedResult};
 pub mod convert;
 pub mod cost;
+mod eval;
 pub mod field_warnings;
 mod library;
 pub mod object_json;
@@ -90,6 +91,8 @@ pub struct CompiledExpression {
     /// The identifiers the expression reads, sorted (to skip building
     /// inputs nobody reads).
     identifiers: Vec<String>,
+    /// The interpreted tree planned for evaluation, when its shapes allow.
+    plan: Option<eval::Plan>,
 }
 
 impl CompiledExpression {
@@ -165,6 +168,22 @@ impl CompiledExpression {
             result
         };
         (result, meter.cost())
+    }
+
+    /// [`CompiledExpression::evaluate_with_cost`] through the expression's
+    /// plan ([`eval`]), over the variables `inputs` answers in `env`;
+    /// `None` when it has none, or the plan gave up: the caller then
+    /// evaluates with the crate, which the meter is left to as it was.
+    pub fn evaluate_planned<'r>(
+        &'r self,
+        env: &'r Env,
+        inputs: &'r dyn cel::context::VariableResolver,
+    ) -> Option<(CowVal<'r, 'r>, u64)> {
+        let plan = self.plan.as_ref()?;
+        let meter = cost::Meter::start(cost::PER_CALL_LIMIT);
+        cost::charge(self.root_cost).ok()?;
+        let value = plan.evaluate(env, inputs).ok()?;
+        (!meter.exceeded()).then(|| (value, meter.cost()))
     }
 }
 
@@ -320,6 +339,7 @@ impl CelEnvironment {
         let interpreted = rewrite::loop_selections_unqualified(&mut interpreted, &mut next_id)
             .then_some(interpreted);
         let output = checked.output;
+        let plan = eval::Plan::of(interpreted.as_ref().unwrap_or(&ast));
         Ok(CompiledExpression {
             source: source.to_string(),
             ast,
@@ -327,6 +347,7 @@ impl CelEnvironment {
             output,
             root_cost,
             identifiers,
+            plan,
         })
     }
 }

@@ -128,6 +128,11 @@ impl<'a> Activation<'a> {
         expr: &CompiledExpression,
         f: impl FnOnce(&dyn Val) -> T,
     ) -> (Result<T, String>, u64) {
+        if let Some((value, cost)) = expr.evaluate_planned(self.env.env(), self) {
+            #[cfg(debug_assertions)]
+            self.check_plan(expr, &*value, cost);
+            return (Ok(f(&*value)), cost);
+        }
         let mut ctx = self.env.context();
         ctx.set_variable_resolver(self);
         let (result, cost) = expr.evaluate_with_cost(&ctx);
@@ -136,6 +141,31 @@ impl<'a> Activation<'a> {
             Err(e) => Err(error_text(&e)),
         };
         (result, cost)
+    }
+
+    /// In debug builds (every test), a planned evaluation is checked against
+    /// the crate's: the same value, of the same type, at the same cost.
+    #[cfg(debug_assertions)]
+    fn check_plan(&self, expr: &CompiledExpression, planned: &dyn Val, planned_cost: u64) {
+        let mut ctx = self.env.context();
+        ctx.set_variable_resolver(self);
+        let (result, cost) = expr.evaluate_with_cost(&ctx);
+        let json = |v: &dyn Val| crate::cel::convert::val_to_json(v).ok();
+        let same = match &result {
+            Ok(v) => {
+                v.get_type().name() == planned.get_type().name()
+                    && (**v == *planned
+                        || json(v.as_ref()).is_some_and(|j| Some(j) == json(planned))
+                        // Values with no equality of their own (an authorizer).
+                        || format!("{:?}", v.as_ref()) == format!("{planned:?}"))
+            }
+            Err(_) => false,
+        };
+        assert!(
+            same && cost == planned_cost,
+            "the plan of `{}` evaluated to {planned:?} at cost {planned_cost}, the crate to {result:?} at cost {cost}",
+            expr.source()
+        );
     }
 
     fn variable(&self, index: usize) -> Result<&(dyn Val + 'static), ExecutionError> {
