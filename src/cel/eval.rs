@@ -23,7 +23,7 @@ use super::cost;
 use super::object_types::{JsonPatchStructType, ObjectStructType};
 use cel::common::ast::{operators, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::functions::Function;
-use cel::common::types::{CelBool, CelList, CelOptional, CelString, MutableList};
+use cel::common::types::{CelBool, CelInt, CelList, CelOptional, CelString, MutableList};
 use cel::common::types::{CelMap, CelMapKey, Kind};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
@@ -71,6 +71,14 @@ enum Node {
         field: CelString<'static>,
     },
     Index(Box<[Node; 2]>),
+    /// `value[?key]` on a value that is no optional.
+    OptionalIndex(Box<[Node; 2]>),
+    /// A method of the strings extension on a string.
+    StringMethod {
+        method: StringMethod,
+        target: Box<Node>,
+        args: Vec<Node>,
+    },
     Not(Box<Node>),
     NotStrictlyFalse(Box<Node>),
     And(Box<[Node; 2]>),
@@ -98,6 +106,16 @@ enum Node {
     OrValue(Box<[Node; 2]>),
     List(Vec<Node>),
     Fold(Box<Fold>),
+}
+
+/// The strings extension's methods a plan calls itself (cel-go's
+/// `ext.Strings`, as the crate implements them), where they succeed.
+#[derive(Clone, Copy, Debug)]
+enum StringMethod {
+    Split,
+    Substring,
+    IndexOf,
+    LastIndexOf,
 }
 
 /// The struct types an expression can construct.
@@ -264,6 +282,18 @@ fn qualified_input(e: &IdedExpr, scope: &Scope<'_>) -> Option<Node> {
     })
 }
 
+/// `jsonpatch.escapeKey(k)`: a method call on a name that is no variable
+/// calls the function of the qualified name, as the crate resolves it.
+fn namespaced_function(target: &IdedExpr, function: &str, scope: &Scope<'_>) -> Option<String> {
+    let names = qualified_name(target)?;
+    let root = names[0].strip_prefix('.').unwrap_or(names[0]);
+    if scope.iter().any(|(a, e)| *a == root || *e == root) || cost::INPUT_VARIABLES.contains(&root)
+    {
+        return None;
+    }
+    Some(format!("{}.{function}", names.join(".")))
+}
+
 /// `a.b.c` as its names, when it is a chain of selections on a name.
 fn qualified_name(e: &IdedExpr) -> Option<Vec<&str>> {
     match &e.expr {
@@ -283,15 +313,32 @@ fn plan_args<'a>(args: &'a [IdedExpr], scope: &mut Scope<'a>) -> Option<Vec<Node
 
 fn plan_call<'a>(call: &'a cel::common::ast::CallExpr, scope: &mut Scope<'a>) -> Option<Node> {
     if let Some(target) = &call.target {
-        // Only the optionals' methods; others are the crate's to find.
+        if let Some(function) = namespaced_function(target, &call.func_name, scope) {
+            return Some(Node::Call {
+                name: function,
+                function: None,
+                args: plan_args(&call.args, scope)?,
+            });
+        }
+        // The optionals' methods and a few of the strings extension's;
+        // others are the crate's to find.
         let target = Box::new(plan(target, scope)?);
         let mut args = plan_args(&call.args, scope)?;
-        return match (call.func_name.as_str(), args.len()) {
-            ("hasValue", 0) => Some(Node::HasValue(target)),
-            ("size", 0) => Some(Node::Size(target)),
-            ("orValue", 1) => Some(Node::OrValue(Box::new([*target, args.remove(0)]))),
-            _ => None,
+        let method = match (call.func_name.as_str(), args.len()) {
+            ("hasValue", 0) => return Some(Node::HasValue(target)),
+            ("size", 0) => return Some(Node::Size(target)),
+            ("orValue", 1) => return Some(Node::OrValue(Box::new([*target, args.remove(0)]))),
+            ("split", 1) => StringMethod::Split,
+            ("substring", 1 | 2) => StringMethod::Substring,
+            ("indexOf", 1) => StringMethod::IndexOf,
+            ("lastIndexOf", 1) => StringMethod::LastIndexOf,
+            _ => return None,
         };
+        return Some(Node::StringMethod {
+            method,
+            target,
+            args,
+        });
     }
     let name = call.func_name.as_str();
     let mut args = plan_args(&call.args, scope)?;
@@ -316,6 +363,7 @@ fn plan_call<'a>(call: &'a cel::common::ast::CallExpr, scope: &mut Scope<'a>) ->
         (operators::LOGICAL_NOT, 1) => Node::Not(Box::new(args.pop()?)),
         (operators::NOT_STRICTLY_FALSE, 1) => Node::NotStrictlyFalse(Box::new(args.pop()?)),
         (operators::INDEX, 2) => Node::Index(two(&mut args)?),
+        (operators::OPT_INDEX, 2) => Node::OptionalIndex(two(&mut args)?),
         (operators::OPT_SELECT, 2) => {
             let Node::Literal(LiteralValue::String(field)) = args.pop()? else {
                 return None;
@@ -517,6 +565,32 @@ impl Node {
                 let key = ab[1].eval(frame)?;
                 index(value, key.as_ref())
             }
+            Node::OptionalIndex(ab) => {
+                let value = ab[0].eval(frame)?;
+                if is_optional(value.as_ref()) {
+                    return Err(GiveUp);
+                }
+                let key = ab[1].eval(frame)?;
+                let found = value
+                    .as_indexer()
+                    .and_then(|i| i.get(key.as_ref()).ok())
+                    .map(CowVal::into_owned);
+                Ok(CowVal::owned(
+                    found.map_or_else(CelOptional::none, CelOptional::of),
+                ))
+            }
+            Node::StringMethod {
+                method,
+                target,
+                args,
+            } => {
+                // The crate evaluates a method's arguments before its target.
+                let args = args
+                    .iter()
+                    .map(|a| a.eval(frame))
+                    .collect::<Result<Vec<_>, _>>()?;
+                string_method(*method, &target.eval(frame)?, &args)
+            }
             Node::Not(x) => Ok(boolean(!as_bool(&x.eval(frame)?)?)),
             Node::NotStrictlyFalse(x) => Ok(boolean(as_bool(&x.eval(frame)?).unwrap_or(true))),
             Node::And(ab) => {
@@ -616,6 +690,62 @@ fn or_value<'b, 'r>(target: CowVal<'b, 'r>, default: CowVal<'b, 'r>) -> Eval<'b,
             None => Ok(default),
         },
     }
+}
+
+/// `s.split(sep)`, `s.substring(start[, end])`, `s.indexOf(sub)`,
+/// `s.lastIndexOf(sub)`: code-point positions, as cel-go's. An empty
+/// separator or substring, a position out of range, or a value of another
+/// type is the crate's.
+fn string_method<'b, 'r>(
+    method: StringMethod,
+    target: &CowVal<'_, 'r>,
+    args: &[CowVal<'_, 'r>],
+) -> Eval<'b, 'r> {
+    let s = target.downcast_ref::<CelString>().ok_or(GiveUp)?.inner();
+    let string_arg = |i: usize| -> Result<&str, GiveUp> {
+        let arg = args.get(i).ok_or(GiveUp)?;
+        let arg = arg.downcast_ref::<CelString>().ok_or(GiveUp)?.inner();
+        if arg.is_empty() {
+            return Err(GiveUp);
+        }
+        Ok(arg)
+    };
+    let int_arg = |i: usize| -> Result<i64, GiveUp> {
+        let arg = args.get(i).ok_or(GiveUp)?;
+        Ok(*arg.downcast_ref::<CelInt>().ok_or(GiveUp)?.inner())
+    };
+    let char_index = |byte: usize| s[..byte].chars().count() as i64;
+    let value: Box<dyn Val + 'r> = match method {
+        StringMethod::Split => {
+            let sep = string_arg(0)?;
+            let parts: Vec<Box<dyn Val + 'r>> = s
+                .split(sep)
+                .map(|p| Box::new(CelString::from(p.to_string())) as Box<dyn Val + 'r>)
+                .collect();
+            Box::new(CelList::from(parts))
+        }
+        StringMethod::Substring => {
+            let chars = s.chars().count() as i64;
+            let start = int_arg(0)?;
+            let end = if args.len() == 2 { int_arg(1)? } else { chars };
+            if start < 0 || end < start || end > chars {
+                return Err(GiveUp);
+            }
+            let sub: String = s
+                .chars()
+                .skip(start as usize)
+                .take((end - start) as usize)
+                .collect();
+            Box::new(CelString::from(sub))
+        }
+        StringMethod::IndexOf => {
+            Box::new(CelInt::from(s.find(string_arg(0)?).map_or(-1, char_index)))
+        }
+        StringMethod::LastIndexOf => {
+            Box::new(CelInt::from(s.rfind(string_arg(0)?).map_or(-1, char_index)))
+        }
+    };
+    Ok(CowVal::Owned(value))
 }
 
 /// A global function called with the values of `args`.
@@ -858,6 +988,15 @@ mod tests {
                 "[JSONPatch{op: 'add', path: '/spec/x', value: 7 % 4}][0].value",
                 json!(3),
             ),
+            ("object.spec[?'containers'].orValue([]).size()", json!(2)),
+            ("object.spec[?'volumes'].hasValue()", json!(false)),
+            ("'reg.io/team/app:1'.split('/')", json!(["reg.io", "team", "app:1"])),
+            // Positions count code points, not bytes.
+            ("'héllo/wörld'.lastIndexOf('/')", json!(5)),
+            ("'héllo/wörld'.indexOf('ö')", json!(7)),
+            ("'héllo/wörld'.substring(6)", json!("wörld")),
+            ("'héllo'.substring(1, 3)", json!("él")),
+            ("jsonpatch.escapeKey('a/b~c')", json!("a~1b~0c")),
         ] {
             let (planned, crate_answer) = both(source);
             assert_eq!(crate_answer.0, value, "{source}");
@@ -872,6 +1011,10 @@ mod tests {
             "object.spec.missing",
             "object.spec.containers[5].name",
             "1 / 0 == 1",
+            "'abc'.substring(4)",
+            "'abc'.substring(2, 1)",
+            // An empty separator splits into characters: the crate's.
+            "'abc'.split('')",
             // A function of the strings library: not planned.
             "object.metadata.name.upperAscii()",
             // An optional where a value is expected.
