@@ -288,23 +288,70 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     Ok(())
 }
 
+/// An internal function as a plan calls it: the code the instrumenter
+/// wrote (an int literal), then its one or two operands.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Internal {
+    Unary(for<'b, 'v> fn(u64, CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError>),
+    Binary(
+        for<'b, 'v> fn(
+            u64,
+            CowVal<'b, 'v>,
+            CowVal<'b, 'v>,
+        ) -> Result<CowVal<'b, 'v>, ExecutionError>,
+    ),
+}
+
 /// The internal function `name` (one [`register`] declares), to call it
-/// without the environment's lookup.
-pub(crate) fn internal_function(name: &str) -> Option<cel::common::functions::Function> {
+/// without the environment's lookup or an argument vector.
+pub(crate) fn internal(name: &str) -> Option<Internal> {
     Some(match name {
-        CHARGE_FN => charge_fn,
-        LOOP_FN => loop_fn,
-        EQUALS_FN => equals_fn,
-        ADD_FN => add_fn,
-        STRING_PREDICATE_FN => string_predicate_fn,
-        ALLOC_FN => alloc_fn,
-        RANGE_FN => range_fn,
-        GROWTH_FN => growth_fn,
-        SIZE_FN => size_fn,
-        DYN_FN => dyn_fn,
+        CHARGE_FN => Internal::Unary(charge_of),
+        LOOP_FN => Internal::Unary(loop_of),
+        ALLOC_FN => Internal::Unary(alloc_of),
+        RANGE_FN => Internal::Unary(range_of),
+        GROWTH_FN => Internal::Unary(growth_of),
+        SIZE_FN => Internal::Unary(size_of),
+        DYN_FN => Internal::Unary(dyn_of),
+        EQUALS_FN => Internal::Binary(equals_of),
+        ADD_FN => Internal::Binary(add_of),
+        STRING_PREDICATE_FN => Internal::Binary(string_predicate_of),
         _ => return None,
     })
 }
+
+/// The registered form of an internal function (`name_fn`, taking the
+/// crate's argument vector) over its direct form (`name_of`).
+macro_rules! registered {
+    ($registered:ident, $direct:ident, unary) => {
+        fn $registered<'b, 'v>(
+            mut args: Vec<CowVal<'b, 'v>>,
+        ) -> Result<CowVal<'b, 'v>, ExecutionError> {
+            let x = args.pop().expect("two arguments");
+            $direct(int_arg(&args[0]), x)
+        }
+    };
+    ($registered:ident, $direct:ident, binary) => {
+        fn $registered<'b, 'v>(
+            mut args: Vec<CowVal<'b, 'v>>,
+        ) -> Result<CowVal<'b, 'v>, ExecutionError> {
+            let b = args.pop().expect("three arguments");
+            let a = args.pop().expect("three arguments");
+            $direct(int_arg(&args[0]), a, b)
+        }
+    };
+}
+
+registered!(charge_fn, charge_of, unary);
+registered!(loop_fn, loop_of, unary);
+registered!(alloc_fn, alloc_of, unary);
+registered!(range_fn, range_of, unary);
+registered!(growth_fn, growth_of, unary);
+registered!(size_fn, size_of, unary);
+registered!(dyn_fn, dyn_of, unary);
+registered!(equals_fn, equals_of, binary);
+registered!(add_fn, add_of, binary);
+registered!(string_predicate_fn, string_predicate_of, binary);
 
 fn int_arg(v: &CowVal<'_, '_>) -> u64 {
     v.downcast_ref::<CelInt>()
@@ -312,25 +359,24 @@ fn int_arg(v: &CowVal<'_, '_>) -> u64 {
         .unwrap_or(0)
 }
 
-fn charge_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    charge(int_arg(&args[0]))?;
+fn charge_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    charge(code)?;
     Ok(x)
 }
 
-fn loop_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let cond = args.pop().expect("two arguments");
-    let code = int_arg(&args[0]);
+fn loop_of<'b, 'v>(code: u64, cond: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let runs_step = cond.downcast_ref::<CelBool>().is_some_and(|b| *b.inner());
     let step = if runs_step { code & LOOP_HALF } else { 0 };
     charge((code >> 32) + step)?;
     Ok(cond)
 }
 
-fn equals_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let b = args.pop().expect("three arguments");
-    let a = args.pop().expect("three arguments");
-    let negated = int_arg(&args[0]) == 1;
+fn equals_of<'b, 'v>(
+    code: u64,
+    a: CowVal<'b, 'v>,
+    b: CowVal<'b, 'v>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let negated = code == 1;
     let size = actual_size(a.as_ref()).min(actual_size(b.as_ref()));
     charge(scaled(size, STRING_TRAVERSAL))?;
     Ok(bool_val(if negated { a != b } else { a == b }))
@@ -345,9 +391,11 @@ fn bool_val<'b, 'v>(value: bool) -> CowVal<'b, 'v> {
     })
 }
 
-fn add_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let b = args.pop().expect("three arguments");
-    let a = args.pop().expect("three arguments");
+fn add_of<'b, 'v>(
+    _code: u64,
+    a: CowVal<'b, 'v>,
+    b: CowVal<'b, 'v>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let cost = call_cost(Kind::Add, b.as_ref(), Some(Size::of(a.as_ref(), true)))?;
     charge(cost)?;
     // What the crate's `+` does.
@@ -364,12 +412,12 @@ fn add_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execu
 /// The methods [`STRING_PREDICATE_FN`] answers, by the code it is given.
 const STRING_PREDICATES: [&str; 3] = ["contains", "startsWith", "endsWith"];
 
-fn string_predicate_fn<'b, 'v>(
-    mut args: Vec<CowVal<'b, 'v>>,
+fn string_predicate_of<'b, 'v>(
+    code: u64,
+    t: CowVal<'b, 'v>,
+    s: CowVal<'b, 'v>,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let s = args.pop().expect("three arguments");
-    let t = args.pop().expect("three arguments");
-    let which = int_arg(&args[0]) as usize;
+    let which = code as usize;
     // cel-go: the string's traversal, times the substring's for `contains`.
     let traversal = |v: &CowVal<'_, '_>| scaled(actual_size(v.as_ref()), STRING_TRAVERSAL);
     let strings = s
@@ -400,16 +448,14 @@ fn string_predicate_fn<'b, 'v>(
     Ok(bool_val(value))
 }
 
-fn alloc_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    charge(int_arg(&args[0]))?;
+fn alloc_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    charge(code)?;
     allocate(deep_size(x.as_ref(), allocation_left().saturating_add(1)))?;
     Ok(x)
 }
 
-fn range_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    charge(int_arg(&args[0]))?;
+fn range_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    charge(code)?;
     allocate(range_copies(
         x.as_ref(),
         allocation_left().saturating_add(1),
@@ -417,24 +463,21 @@ fn range_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     Ok(x)
 }
 
-fn growth_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    charge(int_arg(&args[0]))?;
+fn growth_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    charge(code)?;
     allocate(actual_size(x.as_ref()))?;
     Ok(x)
 }
 
-fn size_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    let (_, slot) = decode(int_arg(&args[0]));
+fn size_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (_, slot) = decode(code);
     let size = Size::of(x.as_ref(), false);
     SIZES.with(|s| s.borrow_mut().push((slot, size)));
     Ok(x)
 }
 
-fn dyn_fn<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let x = args.pop().expect("two arguments");
-    let (kind, slot) = decode(int_arg(&args[0]));
+fn dyn_of<'b, 'v>(code: u64, x: CowVal<'b, 'v>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (kind, slot) = decode(code);
     let other = if !kind.remembers() {
         None
     } else if slot & STATIC_OTHER != 0 {

@@ -22,7 +22,6 @@
 use super::cost;
 use super::object_types::{JsonPatchStructType, ObjectStructType};
 use cel::common::ast::{operators, ComprehensionExpr, EntryExpr, Expr, IdedExpr, LiteralValue};
-use cel::common::functions::Function;
 use cel::common::types::{CelBool, CelInt, CelList, CelOptional, CelString, MutableList};
 use cel::common::types::{CelMap, CelMapKey, Kind};
 use cel::common::value::{CowVal, Val};
@@ -85,12 +84,18 @@ enum Node {
     Or(Box<[Node; 2]>),
     Conditional(Box<[Node; 3]>),
     Binary(Binary, Box<[Node; 2]>),
-    /// A global function: kmutate's internal ones found when planned,
-    /// others by the environment when called (as the crate finds them).
+    /// A global function, found by the environment when called (as the
+    /// crate finds it).
     Call {
         name: String,
-        function: Option<Function>,
         args: Vec<Node>,
+    },
+    /// One of kmutate's internal functions (the cost wrappers), called
+    /// directly with the code the instrumenter wrote.
+    Internal {
+        function: cost::Internal,
+        code: u64,
+        operands: Vec<Node>,
     },
     HasValue(Box<Node>),
     /// `x.size()`: the global `size` overload of `x`'s type, which for
@@ -316,7 +321,6 @@ fn plan_call<'a>(call: &'a cel::common::ast::CallExpr, scope: &mut Scope<'a>) ->
         if let Some(function) = namespaced_function(target, &call.func_name, scope) {
             return Some(Node::Call {
                 name: function,
-                function: None,
                 args: plan_args(&call.args, scope)?,
             });
         }
@@ -378,10 +382,28 @@ fn plan_call<'a>(call: &'a cel::common::ast::CallExpr, scope: &mut Scope<'a>) ->
             // Another operator (`_[?_]`, `-_`): the crate's.
             return None;
         }
-        _ => Node::Call {
-            name: name.to_string(),
-            function: cost::internal_function(name),
-            args,
+        _ => match cost::internal(name) {
+            // The instrumenter's code is an int literal, its first argument.
+            Some(function) => {
+                let Node::Literal(LiteralValue::Int(code)) = args.first()? else {
+                    return None;
+                };
+                let code = u64::try_from(*code.inner()).unwrap_or(0);
+                let operands = args.split_off(1);
+                match (function, operands.len()) {
+                    (cost::Internal::Unary(_), 1) | (cost::Internal::Binary(_), 2) => {}
+                    _ => return None,
+                }
+                Node::Internal {
+                    function,
+                    code,
+                    operands,
+                }
+            }
+            None => Node::Call {
+                name: name.to_string(),
+                args,
+            },
         },
     };
     Some(node)
@@ -617,11 +639,19 @@ impl Node {
                 let b = ab[1].eval(frame)?;
                 binary_op(*op, a, b)
             }
-            Node::Call {
-                name,
+            Node::Call { name, args } => call(frame, name, args),
+            Node::Internal {
                 function,
-                args,
-            } => call(frame, name, *function, args),
+                code,
+                operands,
+            } => match (function, operands.as_slice()) {
+                (cost::Internal::Unary(f), [x]) => f(*code, x.eval(frame)?).map_err(|_| GiveUp),
+                (cost::Internal::Binary(f), [a, b]) => {
+                    let a = a.eval(frame)?;
+                    f(*code, a, b.eval(frame)?).map_err(|_| GiveUp)
+                }
+                _ => Err(GiveUp),
+            },
             Node::HasValue(target) => {
                 let target = target.eval(frame)?;
                 let o = target.downcast_ref::<CelOptional>().ok_or(GiveUp)?;
@@ -749,20 +779,12 @@ fn string_method<'b, 'r>(
 }
 
 /// A global function called with the values of `args`.
-fn call<'b, 'r>(
-    frame: &Frame<'b, 'r>,
-    name: &str,
-    function: Option<Function>,
-    args: &'b [Node],
-) -> Eval<'b, 'r> {
+fn call<'b, 'r>(frame: &Frame<'b, 'r>, name: &str, args: &'b [Node]) -> Eval<'b, 'r> {
     let args = args
         .iter()
         .map(|a| a.eval(frame))
         .collect::<Result<Vec<_>, _>>()?;
-    let function = match function {
-        Some(f) => f,
-        None => frame.env.find_overload(name, &args).ok_or(GiveUp)?,
-    };
+    let function = frame.env.find_overload(name, &args).ok_or(GiveUp)?;
     function(args).map_err(|_| GiveUp)
 }
 
