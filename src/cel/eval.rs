@@ -990,6 +990,8 @@ mod tests {
     fn a_plan_gives_the_crates_value_at_the_crates_cost() {
         for (source, value) in [
             ("object.metadata.name", json!("web")),
+            (".object.metadata.name", json!("web")),
+            ("[1].map(object, object + 1)", json!([2])),
             ("has(object.metadata.labels) && !has(object.spec.volumes)", json!(true)),
             ("object.spec.?serviceAccountName.orValue('default')", json!("default")),
             (
