@@ -585,9 +585,14 @@ async fn serve_tls(
     limits: Limits,
 ) {
     let builder = connection_builder();
-    // Connections are told to stop only after the hand-over to the peers.
+    // Connections are told to stop only after the hand-over to the peers,
+    // and the listener accepts until then: this replica still serves its
+    // connections, so a peer's answer made meanwhile must reach it, not be
+    // refused (the peer would leave it out, and a reinvocation that came
+    // here would be taken for a new request).
     let (stop_connections, connection_shutdown) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
+    let mut handing_over: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -640,12 +645,15 @@ async fn serve_tls(
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = stopped(&mut shutdown) => break,
+            _ = stopped(&mut shutdown), if handing_over.is_none() => {
+                shared.shutting_down.store(true, Ordering::SeqCst);
+                let shared = shared.clone();
+                handing_over = Some(tokio::spawn(async move { hand_over_to_peers(&shared).await }));
+            }
+            _ = async { handing_over.as_mut().expect("handing over").await }, if handing_over.is_some() => break,
         }
     }
-    shared.shutting_down.store(true, Ordering::SeqCst);
     drop(listener);
-    hand_over_to_peers(&shared).await;
     let _ = stop_connections.send(true);
     tracing::info!("shutting down: draining in-flight requests");
     // Each connection saw the shutdown: HTTP/1.1 ones close after their
